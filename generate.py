@@ -1,0 +1,6 @@
+"""`python generate.py ckpt_path=... prompt="..."` — sample from a trained language model (see README.md)."""
+
+from attnlab.generate import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""Byte-level BPE tokenizer (HF ``tokenizers``) with a content-addressed on-disk cache.
+
+Byte-level means every string maps to byte symbols first, so there is no unknown
+character and ``decode(encode(s)) == s`` for any text. The special tokens have fixed
+ids (``<pad>``=0, ``<bos>``=1, ``<eos>``=2, ``<unk>``=3) so that models, losses
+(``ignore_index=pad_id``) and generation code may rely on them without a tokenizer
+at hand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<bos>", "<eos>", "<unk>")
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(len(SPECIAL_TOKENS))
+# Bump when the training recipe changes, so that stale cached tokenizers are not reused.
+FORMAT_VERSION = "bpe-v1"
+
+
+@lru_cache(maxsize=1)
+def _byte_decoder() -> dict[str, int]:
+    """Inverse of GPT-2's bytes->printable-unicode table used by the ByteLevel pre-tokenizer."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    bs += list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+class BPETokenizer:
+    """Thin wrapper around ``tokenizers.Tokenizer`` with the project's conventions.
+
+    ``encode`` adds no ``<bos>``/``<eos>``: the LM data is one flat token stream, and
+    callers that want markers add ``bos_id``/``eos_id`` themselves. Literal text such as
+    ``"<eos>"`` in the input is encoded as ordinary text (not the special id), so that
+    the round trip holds for any string.
+    """
+
+    def __init__(self, tokenizer: Tokenizer):
+        for i, tok in enumerate(SPECIAL_TOKENS):
+            if tokenizer.token_to_id(tok) != i:
+                raise ValueError(
+                    f"tokenizer must have special token {tok!r} at id {i}, "
+                    f"got {tokenizer.token_to_id(tok)}"
+                )
+        # Not serialized by `tokenizers`, hence set on every construction.
+        tokenizer.encode_special_tokens = True
+        self._tok = tokenizer
+
+    # -- ids -------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def pad_id(self) -> int:
+        return PAD_ID
+
+    @property
+    def bos_id(self) -> int:
+        return BOS_ID
+
+    @property
+    def eos_id(self) -> int:
+        return EOS_ID
+
+    @property
+    def unk_id(self) -> int:
+        return UNK_ID
+
+    # -- encode / decode ---------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self._tok.encode_batch(list(texts))]
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
+        """``ids`` may be a list, a 1-D tensor or a numpy array of ints."""
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special)
+
+    def id_to_token(self, i: int) -> str:
+        """Readable token text for plot axes: a leading space shows as '▁', newline as '\\n'.
+
+        Byte-level tokens are stored as GPT-2's printable stand-ins ('Ġ' = space); they are
+        mapped back to bytes and decoded, with partial UTF-8 sequences shown as escapes.
+        """
+        tok = self._tok.id_to_token(int(i))
+        if tok is None:
+            raise IndexError(f"token id {i} out of range [0, {self.vocab_size})")
+        if tok in SPECIAL_TOKENS:
+            return tok
+        table = _byte_decoder()
+        raw = bytes(table[c] for c in tok)
+        s = raw.decode("utf-8", errors="backslashreplace")
+        return s.replace(" ", "▁").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+
+    # -- serialization -----------------------------------------------------------------
+    def to_str(self) -> str:
+        """JSON string; small enough to store inside a checkpoint's hyper-parameters."""
+        return self._tok.to_str()
+
+    @classmethod
+    def from_str(cls, s: str) -> BPETokenizer:
+        return cls(Tokenizer.from_str(s))
+
+    def save(self, path: str | Path) -> None:
+        """Atomic write, so a concurrent reader never sees a half-written file."""
+        _atomic_write_text(Path(path), self.to_str())
+
+    @classmethod
+    def load(cls, path: str | Path) -> BPETokenizer:
+        return cls(Tokenizer.from_file(str(path)))
+
+    def __repr__(self) -> str:
+        return f"BPETokenizer(vocab_size={self.vocab_size})"
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    """Write to a unique temp file in the same directory, then ``os.replace`` it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def train_bpe(text: str, vocab_size: int) -> BPETokenizer:
+    """Train a byte-level BPE with exactly ``vocab_size`` entries at most (specials included)."""
+    min_size = len(SPECIAL_TOKENS) + 256
+    if vocab_size < min_size:
+        raise ValueError(
+            f"vocab_size must be >= {min_size} (4 specials + 256 bytes), got {vocab_size}"
+        )
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),  # ids 0..3 in this order
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([text], trainer=trainer)
+    out = BPETokenizer(tok)
+    assert out.vocab_size <= vocab_size, (out.vocab_size, vocab_size)
+    return out
+
+
+def bpe_cache_path(text: str, vocab_size: int, cache_dir: str | Path) -> Path:
+    """``<cache_dir>/tokenizers/bpe-<vocab>-<key>.json``; key: sha256(version, vocab, text)."""
+    h = hashlib.sha256(f"{FORMAT_VERSION}\n{vocab_size}\n".encode())
+    h.update(text.encode("utf-8"))
+    return Path(cache_dir) / "tokenizers" / f"bpe-{vocab_size}-{h.hexdigest()[:16]}.json"
+
+
+def train_or_load_bpe(text: str, vocab_size: int, cache_dir: str | Path) -> BPETokenizer:
+    """Load the tokenizer for (text, vocab_size) from the cache, training it only when missing.
+
+    The file is written atomically, so DDP ranks (or parallel sweep jobs) sharing a cache
+    directory either see no file (and train it themselves, with an identical result) or
+    a complete one.
+    """
+    path = bpe_cache_path(text, vocab_size, cache_dir)
+    if path.is_file():
+        return BPETokenizer.load(path)
+    tok = train_bpe(text, vocab_size)
+    tok.save(path)
+    return tok

@@ -1,0 +1,102 @@
+"""Sparse mixture of experts (seed claim C16, E11: parameters grow with E, compute per token with k).
+
+Router: logits = W_r x; p = softmax(logits); keep the top-k experts per token; renormalize their weights to sum
+to 1 (Mixtral; with k = 1 the raw probability is kept, as in Switch, so the router still learns
+from the task loss). Dispatch without a loop over tokens: the N·k (token, expert) assignments are sorted by expert so
+that each expert sees one contiguous slice, runs once on it, and the results are scattered back weighted
+(``index_add_``). The only Python loop is over the E experts.
+
+Auxiliary losses (kept on the module after each forward; the task adds them to its loss and logs them):
+* load balancing (Switch Transformer / Mixtral form): E · Σ_e f_e · P_e with f_e the fraction of assignments
+  routed to expert e and P_e the mean router probability of e. Its minimum, 1, is reached by a uniform router.
+* router z-loss (ST-MoE): mean over tokens of logsumexp(logits)², keeps the router logits small.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class MixtureOfExperts(nn.Module):
+    def __init__(
+        self,
+        dim: int,
+        experts: list[nn.Module],
+        top_k: int = 2,
+        aux_loss_coef: float = 0.01,
+        z_loss_coef: float = 0.001,
+    ):
+        super().__init__()
+        if not 1 <= top_k <= len(experts):
+            raise ValueError(f"moe top_k={top_k} must be between 1 and the number of experts ({len(experts)})")
+        self.experts = nn.ModuleList(experts)
+        self.router = nn.Linear(dim, len(experts), bias=False)
+        self.top_k, self.aux_loss_coef, self.z_loss_coef = top_k, aux_loss_coef, z_loss_coef
+        # Filled by forward: scalar losses (with grad) and the per-expert fraction of assignments (no grad).
+        self.aux_loss: Tensor | None = None
+        self.z_loss: Tensor | None = None
+        self.expert_fraction: Tensor | None = None
+
+    @property
+    def num_experts(self) -> int:
+        return len(self.experts)
+
+    def route(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x (N, D) -> router logits (N, E) fp32, top-k expert ids (N, k), renormalized weights (N, k)."""
+        logits = self.router(x).float()  # the softmax and the z-loss want fp32 even under autocast
+        weights, ids = logits.softmax(dim=-1).topk(self.top_k, dim=-1)
+        if self.top_k == 1:  # Switch: keep p itself, else the weight is 1 and the router gets no task gradient
+            return logits, ids, weights
+        return logits, ids, weights / weights.sum(dim=-1, keepdim=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])  # (N, D)
+        n, e, k = flat.shape[0], self.num_experts, self.top_k
+        logits, ids, weights = self.route(flat)
+
+        assignment = ids.reshape(-1)  # (N·k,) expert of each (token, slot)
+        order = assignment.argsort(stable=True)  # group the assignments by expert
+        token = order // k  # (N·k,) token of each sorted assignment
+        counts = torch.bincount(assignment, minlength=e)  # (E,)
+        chunks = flat[token].split(counts.tolist())  # one contiguous slice per expert
+        out = torch.cat([expert(chunk) for expert, chunk in zip(self.experts, chunks)])  # (N·k, D)
+        out = out * weights.reshape(-1)[order, None].to(out.dtype)
+        y = torch.zeros(n, shape[-1], dtype=out.dtype, device=x.device).index_add_(0, token, out)
+
+        fraction = counts.float() / (n * k)  # f_e
+        mean_prob = logits.softmax(dim=-1).mean(dim=0)  # P_e
+        self.aux_loss = e * (fraction * mean_prob).sum()
+        self.z_loss = torch.logsumexp(logits, dim=-1).pow(2).mean()
+        self.expert_fraction = fraction.detach()
+        return y.reshape(shape)
+
+    def loss(self) -> Tensor:
+        """The weighted auxiliary term to add to the task loss (after a forward)."""
+        return self.aux_loss_coef * self.aux_loss + self.z_loss_coef * self.z_loss
+
+
+def moe_layers(model: nn.Module) -> list[MixtureOfExperts]:
+    return [m for m in model.modules() if isinstance(m, MixtureOfExperts)]
+
+
+def moe_losses(model: nn.Module) -> dict[str, Tensor]:
+    """Sum of the weighted auxiliary losses of every MoE layer, and its parts averaged over layers, for logging.
+
+    Empty dict for a dense model, so callers can add ``out.get("moe/loss", 0)``.
+    """
+    layers = [m for m in moe_layers(model) if m.aux_loss is not None]
+    if not layers:
+        return {}
+    return {
+        "moe/loss": sum(m.loss() for m in layers),
+        "moe/load_balance": torch.stack([m.aux_loss for m in layers]).mean(),
+        "moe/z_loss": torch.stack([m.z_loss for m in layers]).mean(),
+    }
+
+
+def expert_fractions(model: nn.Module) -> Tensor | None:
+    """(layers, E) fraction of token assignments each expert received in the last forward."""
+    fr = [m.expert_fraction for m in moe_layers(model) if m.expert_fraction is not None]
+    return torch.stack(fr) if fr else None

@@ -1,0 +1,98 @@
+"""What every task (LightningModule) shares: building its net from config, AdamW with weight-decay groups, a
+warm-up + cosine schedule stepped per optimizer step, and the MoE auxiliary losses.
+
+Tasks receive *configs* (plain dicts with ``_target_``), not built modules, and call ``save_hyperparameters()``:
+a checkpoint then rebuilds its own model (``Task.load_from_checkpoint(path)``) with no Hydra run around it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import hydra
+import lightning as L
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor, nn
+
+from ..modules.moe import expert_fractions, moe_losses
+
+
+def to_container(cfg: Any) -> Any:
+    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+
+
+def build_net(cfg: Any) -> nn.Module:
+    """Instantiate a plain nn.Module from a config with ``_target_`` (or pass a built module through)."""
+    if isinstance(cfg, nn.Module):
+        return cfg
+    return hydra.utils.instantiate(to_container(cfg), _convert_="all")
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Decay matrices and embeddings (dim ≥ 2); never biases or norm gains (nanoGPT/GPT-3 convention)."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if p.dim() >= 2 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
+    """LR multiplier: linear warm-up from 0 to 1 over ``warmup`` steps, then cosine down to ``min_ratio``."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class Task(L.LightningModule):
+    def __init__(
+        self,
+        net: Any,
+        optimizer: dict | None = None,
+        scheduler: dict | None = None,
+        compile: bool = False,
+    ):
+        super().__init__()
+        self.save_hyperparameters(logger=False)
+        self.net = build_net(net)
+        self.optimizer_cfg = {"lr": 3e-4, "betas": (0.9, 0.95), "weight_decay": 0.1, "eps": 1e-8,
+                              **(to_container(optimizer) or {})}
+        self.scheduler_cfg = {"warmup_steps": 100, "min_lr_ratio": 0.1, "total_steps": None,
+                              **(to_container(scheduler) or {})}
+        self.compile_net = compile
+        self._forward = self.net
+
+    def setup(self, stage: str) -> None:
+        if self.compile_net and self._forward is self.net:
+            self._forward = torch.compile(self.net)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # Lets entry points (generate, evaluate) rebuild the right task from the file alone.
+        checkpoint["task_class"] = f"{type(self).__module__}.{type(self).__qualname__}"
+
+    def configure_optimizers(self):
+        cfg = dict(self.optimizer_cfg)
+        wd = cfg.pop("weight_decay")
+        cfg["betas"] = tuple(cfg["betas"])
+        opt = torch.optim.AdamW(param_groups(self.net, wd), **cfg)
+        s = self.scheduler_cfg
+        total = s["total_steps"] or int(self.trainer.estimated_stepping_batches)
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda step: warmup_cosine(step, s["warmup_steps"], total, s["min_lr_ratio"]))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def add_moe_losses(self, loss: Tensor, stage: str) -> Tensor:
+        """Add the MoE auxiliary losses (if any) to the task loss; log them and the experts' load."""
+        aux = moe_losses(self.net)
+        if not aux:
+            return loss
+        for k, v in aux.items():
+            self.log(f"{stage}/{k}", v, on_step=stage == "train", on_epoch=stage != "train")
+        if stage == "train":
+            fractions = expert_fractions(self.net).mean(dim=0)  # (E,) averaged over layers
+            for e, f in enumerate(fractions):
+                self.log(f"moe/expert_{e}_fraction", f, on_step=True, on_epoch=False)
+        return loss + aux["moe/loss"]

@@ -1,0 +1,88 @@
+"""Causal language modelling task: next-token cross-entropy, perplexity, sampling for inspection."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torchmetrics import MeanMetric
+
+from ..decoding import CausalLMStepper, generate
+from .base import Task
+
+
+class CausalLMTask(Task):
+    """Wraps a :class:`~attnlab.models.causal_lm.CausalLM` built from ``net`` (a config with ``_target_``)."""
+
+    def __init__(self, net, optimizer=None, scheduler=None, compile: bool = False, attention_tokens: int = 32):
+        super().__init__(net, optimizer, scheduler, compile)
+        self.attention_tokens = attention_tokens
+        # Mean token-level NLL over the epoch; exp of it is the corpus perplexity. (torchmetrics' Perplexity
+        # would recompute log-softmax over B·T·V logits a second time; the loss already holds that number.)
+        self.val_nll, self.test_nll = MeanMetric(), MeanMetric()
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self._forward(ids)
+
+    def _nll(self, batch: dict) -> Tensor:
+        logits = self(batch["input_ids"])  # (B, T, V)
+        return F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten())
+
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        nll = self._nll(batch)
+        loss = self.add_moe_losses(nll, "train")
+        self.log("train/loss", nll, on_step=True, prog_bar=True)
+        self.log("train/ppl", torch.exp(nll.detach()), on_step=True)
+        return loss
+
+    def _eval_step(self, batch: dict, stage: str, metric: MeanMetric) -> None:
+        nll = self._nll(batch)
+        self.add_moe_losses(nll, stage)
+        metric.update(nll, weight=batch["labels"].numel())
+        self.log(f"{stage}/loss", metric, on_epoch=True, prog_bar=True)
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch, "val", self.val_nll)
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch, "test", self.test_nll)
+
+    def on_validation_epoch_end(self) -> None:
+        # the metric is already reduced over ranks; sync_dist only silences Lightning's warning
+        self.log("val/ppl", torch.exp(self.val_nll.compute()), prog_bar=True, sync_dist=True)
+
+    def on_test_epoch_end(self) -> None:
+        self.log("test/ppl", torch.exp(self.test_nll.compute()), sync_dist=True)
+
+    # --- protocols used by callbacks (attention maps, throughput) -------------------------------------------
+    def tokens_in_batch(self, batch: dict) -> int:
+        return batch["input_ids"].numel()
+
+    def flops_per_token(self) -> float:
+        return self.net.flops_per_token(self.trainer.datamodule.hparams.seq_len) if self._trainer else \
+            self.net.flops_per_token(self.net.max_len)
+
+    def attention_sample(self):
+        dm = self.trainer.datamodule
+        ids = dm.example_text(self.attention_tokens).to(self.device)
+        labels = [dm.tokenizer.id_to_token(int(i)) for i in ids[0]]
+        return {"ids": ids}, labels, labels
+
+    def attention_forward(self, ids: Tensor) -> Tensor:
+        return self.net(ids)
+
+    # --- checkpoints carry the tokenizer so `generate` needs nothing else ---------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        super().on_save_checkpoint(checkpoint)
+        dm = getattr(self.trainer, "datamodule", None)
+        if dm is not None and getattr(dm, "tokenizer", None) is not None:
+            checkpoint["tokenizer"] = dm.tokenizer.to_str()
+
+    @torch.no_grad()
+    def sample(self, prefix: Tensor, max_new_tokens: int, use_cache: bool = True, **kwargs) -> Tensor:
+        was_training = self.net.training
+        self.net.eval()
+        try:
+            return generate(CausalLMStepper(self.net, use_cache), prefix, max_new_tokens, **kwargs)
+        finally:
+            self.net.train(was_training)

@@ -1,0 +1,126 @@
+"""Training entry point: ``python train.py [group=option ...] [key=value ...]`` (or ``attnlab-train``).
+
+Composes conf/train.yaml, builds data, model, callbacks, loggers and trainer from it, fits, tests with the best
+checkpoint, and returns ``optimized_metric`` for sweepers. Each Hydra job (single run or one job of ``-m``) is one
+run directory and one W&B run.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+from hydra.core.hydra_config import HydraConfig
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from . import ddp
+from .paths import CONF_DIR
+from .utils.hardware import slow_bf16_warning
+from .utils.config import ConfigError, auto_tags, check_block_groups, flatten, print_config_tree
+
+log = logging.getLogger(__name__)
+
+
+def instantiate_all(group: DictConfig | None) -> list[Any]:
+    """Instantiate every entry with a ``_target_`` of a callbacks/logger group (entries may be null)."""
+    if not group:
+        return []
+    return [hydra.utils.instantiate(c) for c in group.values() if isinstance(c, DictConfig) and "_target_" in c]
+
+
+def build_model(model_cfg: DictConfig) -> L.LightningModule:
+    cfg = OmegaConf.to_container(model_cfg, resolve=True)
+    for meta in ("name", "uses_groups"):  # describe the model for train.py; not constructor arguments
+        cfg.pop(meta, None)
+    return hydra.utils.instantiate(cfg)
+
+
+def prepare_loggers(cfg: DictConfig) -> None:
+    """Fill W&B run name, group and tags from the chosen groups, unless the config sets them."""
+    wb = (cfg.get("logger") or {}).get("wandb")
+    if not wb:
+        return
+    tags = auto_tags(cfg)
+    with open_dict(cfg):
+        wb.tags = wb.tags or tags
+        wb.group = wb.group or cfg.get("experiment_name") or str(cfg.model.get("name"))
+        wb.name = wb.name or "-".join(t.split("=")[-1] for t in tags[: 1 + len(cfg.model.get("uses_groups") or [])])
+
+
+def run(cfg: DictConfig) -> dict[str, float]:
+    """Fit and test as the config says; return the final metrics (floats)."""
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
+    model = build_model(cfg.model)
+    prepare_loggers(cfg)
+    callbacks = instantiate_all(cfg.get("callbacks"))
+    loggers = instantiate_all(cfg.get("logger"))
+    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+
+    config = OmegaConf.to_container(cfg, resolve=True)
+    for lg in loggers:
+        lg.log_hyperparams(flatten(config))
+
+    metrics: dict[str, float] = {}
+    with ddp.distributed_job():
+        try:
+            _fit_and_test(cfg, trainer, model, datamodule, metrics)
+        finally:
+            finish_loggers(loggers)
+    return metrics
+
+
+def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, model, datamodule, metrics: dict) -> None:
+    if cfg.get("train"):
+        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+    if cfg.get("test"):
+        # After training: the best checkpoint (the last weights if none was kept). Test only: ckpt_path.
+        best = getattr(trainer.checkpoint_callback, "best_model_path", "") if cfg.get("train") else ""
+        ckpt = best or (None if cfg.get("train") else cfg.get("ckpt_path"))
+        trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=False)
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+
+
+def finish_loggers(loggers: list) -> None:
+    """Close W&B after each job so that every job of a multirun sweep is its own W&B run."""
+    for lg in loggers:
+        if type(lg).__name__ == "WandbLogger" and rank_zero_only.rank == 0:
+            import wandb
+
+            wandb.finish()
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
+def _main(cfg: DictConfig) -> float | None:
+    hc = HydraConfig.get()
+    try:
+        check_block_groups(cfg, hc.overrides.task)
+    except ConfigError as e:
+        log.error(str(e))
+        sys.exit(2)
+    slow = slow_bf16_warning(cfg.trainer.get("precision"), cfg.trainer.get("accelerator", "auto"))
+    if slow:
+        log.warning(slow)
+    if rank_zero_only.rank == 0:
+        print_config_tree(cfg, save_to=Path(hc.runtime.output_dir) / "config_tree.log")
+    metrics = run(cfg)
+    name = cfg.get("optimized_metric")
+    if name and name in metrics:
+        log.info(f"{name} = {metrics[name]:.4f}")
+        return metrics[name]
+    return None
+
+
+def main() -> None:
+    ddp.install()
+    _main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Config helpers for train.py: validation, tags, flattening, and the printed/saved config tree."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+BLOCK_GROUPS = ("norm", "ffn", "moe", "pos")
+
+
+class ConfigError(ValueError):
+    """A config choice that cannot work; train.py prints its one-line message and exits with status 2."""
+
+
+def check_block_groups(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
+    """Refuse a block-group override (``norm=rms``) for a model that is not built from that group.
+
+    ``overrides`` are the command line's overrides (``HydraConfig.get().overrides.task``); a group the model does
+    not list in ``model.uses_groups`` and that the user chose explicitly would otherwise be a silent no-op.
+    """
+    uses = set(cfg.model.get("uses_groups") or [])
+    chosen = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
+    ignored = sorted(g for g in BLOCK_GROUPS if g in chosen and g not in uses)
+    if ignored:
+        name = cfg.model.get("name", "this model")
+        raise ConfigError(
+            f"{', '.join(g + '=' for g in ignored)} does not apply to model={name} "
+            f"(it is built from: {', '.join(sorted(uses)) or 'none of norm/ffn/moe/pos'}); drop the override"
+        )
+
+
+def auto_tags(cfg: DictConfig) -> list[str]:
+    tags = [str(cfg.model.get("name", "model"))]
+    for g in cfg.model.get("uses_groups") or []:
+        if g in cfg and "name" in cfg[g]:
+            tags.append(f"{g}={cfg[g].name}")
+    if cfg.get("experiment_name"):
+        tags.append(f"experiment={cfg.experiment_name}")
+    return tags + [str(t) for t in cfg.get("tags") or []]
+
+
+def flatten(d: Mapping, prefix: str = "", sep: str = ".") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{sep}{k}" if prefix else str(k)
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key, sep))
+        else:
+            out[key] = v
+    return out
+
+
+def print_config_tree(cfg: DictConfig, save_to: Path | None = None) -> None:
+    """Print the composed config as a rich tree (one branch per top-level group) and save it as text."""
+    import rich
+    import rich.syntax
+    import rich.tree
+
+    tree = rich.tree.Tree("CONFIG", style="dim", guide_style="dim")
+    first = ["data", "model", "norm", "ffn", "moe", "pos", "trainer", "callbacks", "logger", "paths"]
+    for key in first + [k for k in cfg if k not in first]:
+        if key not in cfg:
+            continue
+        value = cfg[key]
+        text = OmegaConf.to_yaml(value, resolve=True) if isinstance(value, DictConfig) else str(value)
+        tree.add(str(key), style="bold").add(rich.syntax.Syntax(text, "yaml"))
+    rich.print(tree)
+    if save_to is not None:
+        with open(save_to, "w") as f:
+            rich.print(tree, file=f)
+

@@ -1,0 +1,81 @@
+"""Feed-forward builders: module parts, hidden sizes, parameter parity."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from attnlab.modules.feedforward import FeedForward, build_ffn, ffn_hidden_dim
+
+
+def n_params(m: nn.Module) -> int:
+    return sum(p.numel() for p in m.parameters())
+
+
+@pytest.mark.parametrize(
+    "activation, act_type, gated", [("relu", nn.ReLU, False), ("gelu", nn.GELU, False), ("swiglu", nn.SiLU, True)]
+)
+def test_builds_the_named_modules(activation, act_type, gated):
+    torch.manual_seed(0)
+    ffn = build_ffn(activation, 16)
+    assert isinstance(ffn, FeedForward)
+    assert type(ffn.activation) is act_type
+    assert (ffn.gate_proj is not None) is gated
+    hidden = ffn_hidden_dim(activation, 16)
+    assert ffn.up_proj.weight.shape == (hidden, 16)
+    assert ffn.down_proj.weight.shape == (16, hidden)
+    if gated:
+        assert ffn.gate_proj.weight.shape == (hidden, 16)
+    x = torch.randn(2, 3, 16)
+    assert ffn(x).shape == (2, 3, 16)
+
+
+def test_forward_formulas():
+    torch.manual_seed(0)
+    x = torch.randn(5, 16)
+    relu = build_ffn("relu", 16)
+    torch.testing.assert_close(relu(x), relu.down_proj(torch.relu(relu.up_proj(x))))
+    sw = build_ffn("swiglu", 16)
+    ref = sw.down_proj(nn.functional.silu(sw.gate_proj(x)) * sw.up_proj(x))
+    torch.testing.assert_close(sw(x), ref)
+    # gate and up are different maps: swapping them changes the output
+    swapped = sw.down_proj(nn.functional.silu(sw.up_proj(x)) * sw.gate_proj(x))
+    assert not torch.allclose(sw(x), swapped, atol=1e-4)
+
+
+@pytest.mark.parametrize("dim, mult, multiple_of", [(384, 4.0, 8), (64, 4.0, 8), (100, 2.0, 16), (30, 3.0, 64)])
+def test_hidden_dim_rule(dim, mult, multiple_of):
+    dense = ffn_hidden_dim("relu", dim, mult, multiple_of)
+    assert dense == ffn_hidden_dim("gelu", dim, mult, multiple_of)
+    assert dense == multiple_of * math.ceil(mult * dim / multiple_of)
+    gated = ffn_hidden_dim("swiglu", dim, mult, multiple_of)
+    assert gated % multiple_of == 0
+    assert 2 * mult * dim / 3 <= gated < 2 * mult * dim / 3 + multiple_of
+
+
+def test_hidden_dim_known_values():
+    assert ffn_hidden_dim("relu", 384) == 1536
+    assert ffn_hidden_dim("swiglu", 384) == 1024
+    assert ffn_hidden_dim("swiglu", 100) == 272  # 266.67 rounded up to a multiple of 8
+
+
+def test_swiglu_params_match_relu_within_two_percent():
+    relu, sw = build_ffn("relu", 384, 4.0), build_ffn("swiglu", 384, 4.0)
+    assert n_params(relu) == 2 * 384 * 1536 + 1536 + 384
+    assert n_params(sw) == 3 * 384 * 1024 + 2 * 1024 + 384
+    assert abs(n_params(sw) - n_params(relu)) / n_params(relu) < 0.02
+
+
+def test_bias_switch_and_dropout():
+    ffn = build_ffn("gelu", 8, bias=False, dropout=0.5)
+    assert ffn.up_proj.bias is None and ffn.down_proj.bias is None
+    assert isinstance(ffn.dropout, nn.Dropout)
+    assert isinstance(build_ffn("gelu", 8).dropout, nn.Identity)
+
+
+def test_unknown_activation():
+    with pytest.raises(ValueError, match="unknown ffn activation"):
+        build_ffn("tanh", 8)

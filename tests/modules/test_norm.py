@@ -1,0 +1,52 @@
+"""Norm layers: kinds, parameter counts, RMSNorm's unit RMS."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from attnlab.modules.norm import build_norm
+
+
+def n_params(m: nn.Module) -> int:
+    return sum(p.numel() for p in m.parameters())
+
+
+def test_layernorm_type_and_params():
+    m = build_norm("layernorm", 24)
+    assert type(m) is nn.LayerNorm
+    assert n_params(m) == 2 * 24
+    assert m.eps == 1e-5
+
+
+def test_rmsnorm_type_and_params():
+    m = build_norm("rmsnorm", 24, eps=1e-6)
+    assert type(m) is nn.RMSNorm
+    assert n_params(m) == 24
+    assert m.eps == 1e-6
+
+
+def test_rmsnorm_output_has_unit_rms_and_keeps_mean():
+    torch.manual_seed(0)
+    m = build_norm("rmsnorm", 32)
+    x = 3 * torch.randn(4, 5, 32) + 2
+    y = m(x)
+    rms = y.pow(2).mean(-1).sqrt()
+    torch.testing.assert_close(rms, torch.ones(4, 5), atol=1e-4, rtol=0)
+    # unlike LayerNorm, it does not re-center: y is x rescaled per token
+    ratio = y / x
+    torch.testing.assert_close(ratio, ratio[..., :1].expand_as(ratio), atol=1e-4, rtol=1e-4)
+    assert y.mean(-1).abs().min() > 0.1
+
+
+def test_layernorm_output_is_centered():
+    torch.manual_seed(0)
+    y = build_norm("layernorm", 32)(3 * torch.randn(4, 32) + 2)
+    torch.testing.assert_close(y.mean(-1), torch.zeros(4), atol=1e-5, rtol=0)
+    torch.testing.assert_close(y.var(-1, unbiased=False), torch.ones(4), atol=1e-3, rtol=0)
+
+
+def test_unknown_norm_kind():
+    with pytest.raises(ValueError, match="unknown norm kind"):
+        build_norm("batchnorm", 8)
