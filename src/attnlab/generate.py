@@ -41,7 +41,8 @@ def sample_texts(task, tokenizer: BPETokenizer, prompt: str, *, num_samples: int
     prefix = torch.tensor([ids] * num_samples, device=task.device)
     gen = torch.Generator(device=task.device).manual_seed(seed)
     out = task.sample(prefix, max_new_tokens, use_cache=use_cache, temperature=temperature,
-                      top_k=top_k or None, top_p=top_p or None, generator=gen)
+                      top_k=top_k or None, top_p=top_p or None, generator=gen,
+                      vocab_size=tokenizer.vocab_size)
     return [tokenizer.decode(row.tolist()) for row in out]
 
 

@@ -37,7 +37,8 @@ def build_model(model_cfg: DictConfig) -> L.LightningModule:
     cfg = OmegaConf.to_container(model_cfg, resolve=True)
     for meta in ("name", "uses_groups"):  # describe the model for train.py; not constructor arguments
         cfg.pop(meta, None)
-    return hydra.utils.instantiate(cfg)
+    # plain dicts, not DictConfigs, reach the task: its saved hyper-parameters then load with weights_only=True
+    return hydra.utils.instantiate(cfg, _convert_="all")
 
 
 def prepare_loggers(cfg: DictConfig) -> None:

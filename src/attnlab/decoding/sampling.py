@@ -49,12 +49,19 @@ def generate(
     top_p: float | None = None,
     eos_id: int | None = None,
     generator: torch.Generator | None = None,
+    vocab_size: int | None = None,
 ) -> Tensor:
-    """prefix (B, T) -> (B, T + n) with n ≤ max_new_tokens; rows that emitted ``eos_id`` keep emitting it."""
+    """prefix (B, T) -> (B, T + n) with n ≤ max_new_tokens; rows that emitted ``eos_id`` keep emitting it.
+
+    ``vocab_size``: never emit ids at or above it (a model whose embedding table is larger than its tokenizer).
+    """
     out = [prefix]
     done = torch.zeros(prefix.shape[0], dtype=torch.bool, device=prefix.device)
     logits = stepper.prefill(prefix)
     for i in range(max_new_tokens):
+        if vocab_size is not None and vocab_size < logits.shape[-1]:
+            logits = logits.clone()
+            logits[:, vocab_size:] = float("-inf")
         token = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
         if eos_id is not None:
             token = token.masked_fill(done, eos_id)

@@ -1,0 +1,40 @@
+"""Helpers for tests that compose the real configs or run the real entry points."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, open_dict
+
+from attnlab.paths import CONF_DIR, ROOT
+
+
+def compose_train(overrides: list[str], output_dir: Path | str, cache_dir: str | None = None) -> DictConfig:
+    """conf/train.yaml composed as `python train.py <overrides>` would, with its outputs in ``output_dir``."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(output_dir)
+        if cache_dir:
+            cfg.paths.cache_dir = cache_dir
+        del cfg["hydra"]
+    return cfg
+
+
+def run_cli(args: list[str], cache_dir: str | None = None, timeout: int = 300,
+            script: str = "train.py") -> subprocess.CompletedProcess:
+    """Run an entry point from the repository root as a user would; stdout and stderr captured together."""
+    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    if cache_dir:
+        env["ATTNLAB_CACHE"] = cache_dir
+    return subprocess.run([sys.executable, script, *args], cwd=ROOT, env=env, timeout=timeout,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -1,0 +1,87 @@
+"""Every config in conf/ composes; block groups reach every block; bad choices fail clearly."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from helpers import compose_train, run_cli
+from omegaconf import OmegaConf
+
+from attnlab.modules.block import EncoderBlock
+from attnlab.modules.feedforward import FeedForward
+from attnlab.modules.moe import MixtureOfExperts
+from attnlab.paths import CONF_DIR
+from attnlab.train import build_model
+from attnlab.utils.config import ConfigError, check_block_groups
+
+GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in ("local", "hydra"))
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize(
+    "override", [f"{g}={o}" for g in GROUPS for o in options(g)], ids=lambda s: s.replace("/", "_")
+)
+def test_every_option_composes_and_resolves(override, tmp_path):
+    extra = ["data.path=/tmp/x.txt"] if override == "data=text_file" else []
+    cfg = compose_train([override, *extra], tmp_path)
+    OmegaConf.resolve(cfg)  # every interpolation resolves
+    assert cfg.model._target_ and cfg.trainer._target_
+
+
+def test_generate_config_composes(tmp_path):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("generate", overrides=["ckpt_path=x.ckpt"])
+    assert cfg.max_new_tokens > 0 and cfg.ckpt_path == "x.ckpt"
+
+
+NORMS = {"pre": (torch.nn.LayerNorm, "pre"), "post": (torch.nn.LayerNorm, "post"), "rms": (torch.nn.RMSNorm, "pre")}
+ACTS = {"relu": torch.nn.ReLU, "gelu": torch.nn.GELU, "swiglu": torch.nn.SiLU}
+
+
+@pytest.mark.parametrize("norm,ffn,moe", list(itertools.product(NORMS, ACTS, ["off", "on"])))
+def test_block_groups_reach_every_block(norm, ffn, moe, tmp_path):
+    cfg = compose_train([f"norm={norm}", f"ffn={ffn}", f"moe={moe}", "model.net.n_layers=3"], tmp_path)
+    net = build_model(cfg.model).net
+    assert len(net.blocks) == 3
+    norm_type, placement = NORMS[norm]
+    for block in net.blocks:
+        assert isinstance(block, EncoderBlock) and block.placement == placement
+        assert isinstance(block.sa_norm, norm_type) and isinstance(block.ffn_norm, norm_type)
+        experts = list(block.ffn.experts) if moe == "on" else [block.ffn]
+        assert isinstance(block.ffn, MixtureOfExperts) == (moe == "on")
+        if moe == "on":
+            assert len(experts) == cfg.moe.num_experts and block.ffn.top_k == cfg.moe.top_k
+        for e in experts:
+            assert isinstance(e, FeedForward) and isinstance(e.activation, ACTS[ffn])
+            assert (e.gate_proj is not None) == (ffn == "swiglu")
+    assert isinstance(net.final_norm, torch.nn.Identity) == (norm == "post")
+
+
+def test_group_override_for_a_model_not_built_from_it_is_refused(tmp_path):
+    cfg = compose_train(["model.uses_groups=[pos]", "norm=rms"], tmp_path)
+    with pytest.raises(ConfigError, match="norm= does not apply to model=causal_lm"):
+        check_block_groups(cfg, ["model.uses_groups=[pos]", "norm=rms"])
+    check_block_groups(cfg, ["pos=rotary"])  # a group it uses is fine
+
+
+def test_cli_unknown_option_lists_choices():
+    out = run_cli(["norm=batch"], timeout=120)
+    assert out.returncode != 0
+    assert "Could not find 'norm/batch'" in out.stdout and "Available options" in out.stdout
+    assert "rms" in out.stdout
+
+
+def test_cli_inapplicable_group_gets_one_line_error(tmp_path):
+    out = run_cli(["model.uses_groups=[pos]", "ffn=swiglu", f"hydra.run.dir={tmp_path}/run"], timeout=120)
+    assert out.returncode == 2
+    assert "ffn= does not apply to model=causal_lm" in out.stdout
+    assert not (tmp_path / "run" / "checkpoints").exists()
