@@ -82,3 +82,34 @@ def test_ddp_cpu_inside_multirun_with_wandb_offline(tmp_path, cache_dir):
     for tag in (b"causal_lm", b"norm=rms", b"ffn=gelu", b"moe=off", b"pos=learned"):
         assert tag in record
     assert b"model.net.d_model" in record  # the full config, flattened
+
+
+def test_compile_true_trains_and_checkpoints_only_the_net(tmp_path, cache_dir):
+    cfg = compose_train(FAST + ["compile=true", "callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false",
+                                "test=false"], tmp_path, cache_dir)
+    metrics = run(cfg)
+    assert torch.isfinite(torch.tensor(metrics["val/loss"]))
+    state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    assert state and all(k.startswith("net.") for k in state)  # the compiled wrapper adds no duplicate keys
+
+
+def test_optuna_search_runs_trials(tmp_path, cache_dir):
+    out = run_cli(["-m", "hparams_search=lm_optuna", "debug=fast", "logger=csv", "hydra.sweeper.n_trials=2",
+                   "hydra.sweeper.sampler.n_startup_trials=1", f"hydra.sweep.dir={tmp_path}/sweep"], cache_dir)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "Best value:" in out.stdout
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == ["0", "1"]
+
+
+@pytest.mark.slow
+def test_sweep_of_twelve_block_choices(tmp_path, cache_dir):
+    """The README's sweep: norm × ffn × moe, 12 jobs, each its own W&B offline run with attention maps."""
+    sweep = tmp_path / "sweep"
+    out = run_cli(["-m", "model=causal_lm", "norm=pre,post,rms", "ffn=relu,swiglu", "moe=off,on", "debug=fast",
+                   f"hydra.sweep.dir={sweep}"], cache_dir, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:]
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert len(jobs) == 12
+    for job in jobs:
+        (run_dir,) = (job / "wandb").glob("offline-run-*")
+        assert list(run_dir.glob("files/media/images/attention/*.png"))

@@ -63,11 +63,23 @@ class Task(L.LightningModule):
         self.scheduler_cfg = {"warmup_steps": 100, "min_lr_ratio": 0.1, "total_steps": None,
                               **(to_container(scheduler) or {})}
         self.compile_net = compile
-        self._forward = self.net
+        self._compiled: nn.Module | None = None
+
+    def __setattr__(self, name, value):
+        # Keep the compiled wrapper out of the module registry: it would duplicate every key of the state dict.
+        if name == "_compiled":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
+    @property
+    def _forward(self) -> nn.Module:
+        """The net as training calls it: torch.compile'd when ``compile=true``, else the net itself."""
+        return self.net if self._compiled is None else self._compiled
 
     def setup(self, stage: str) -> None:
-        if self.compile_net and self._forward is self.net:
-            self._forward = torch.compile(self.net)
+        if self.compile_net and self._compiled is None:
+            self._compiled = torch.compile(self.net)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         # Lets entry points (generate, evaluate) rebuild the right task from the file alone.
