@@ -113,3 +113,10 @@ def test_sweep_of_twelve_block_choices(tmp_path, cache_dir):
     for job in jobs:
         (run_dir,) = (job / "wandb").glob("offline-run-*")
         assert list(run_dir.glob("files/media/images/attention/*.png"))
+
+
+def test_bf16_mixed_precision_runs_on_cpu(tmp_path, cache_dir):
+    cfg = compose_train(FAST + ["precision=bf16-mixed", "callbacks.rich_progress_bar=null",
+                                "trainer.enable_progress_bar=false", "test=false"], tmp_path, cache_dir)
+    metrics = run(cfg)
+    assert torch.isfinite(torch.tensor(metrics["val/loss"])) and metrics["val/loss"] < 6.3  # ln(512) = 6.24
