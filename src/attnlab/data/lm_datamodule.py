@@ -21,7 +21,8 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, SequentialSampler
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler
 
 from attnlab.data.corpus import pydoc_text, read_text_file
 from attnlab.data.tokenizer import BPETokenizer, train_or_load_bpe
@@ -271,13 +272,25 @@ class LMDataModule(L.LightningDataModule):
         self.tokenizer, self.vocab_size = tokenizer, tokenizer.vocab_size
 
     # -- loaders ---------------------------------------------------------------------
+    @staticmethod
+    def _train_sampler(dataset: Dataset) -> Sampler:
+        """Sequential order (the randomness lives in the window offsets).
+
+        Under DDP each rank takes every world_size-th window (a DistributedSampler without shuffling; Lightning
+        keeps a DistributedSampler it is given): one step on W ranks × B windows then covers exactly the windows
+        of one step of a single process with W·B, so the two trainings are the same computation.
+        """
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            return DistributedSampler(dataset, shuffle=False, drop_last=True)
+        return _EpochSampler(dataset)
+
     def _loader(self, dataset: Dataset, train: bool) -> DataLoader:
         hp = self.hparams
         return _EpochDataLoader(
             dataset,
             batch_size=hp.batch_size,
-            shuffle=False,  # randomness lives in the window offsets
-            sampler=_EpochSampler(dataset) if train else None,
+            shuffle=False,
+            sampler=self._train_sampler(dataset) if train else None,
             drop_last=train,
             num_workers=hp.num_workers,
             pin_memory=hp.pin_memory,
