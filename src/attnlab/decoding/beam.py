@@ -1,0 +1,155 @@
+"""Batched beam search over any :class:`~attnlab.decoding.step.Stepper` (fairseq's sequence_generator, readable).
+
+The ``n`` unfinished sentences × ``beam_size`` hypotheses are the ``n·beam`` rows of the stepper. Each step:
+
+1. candidates: the running sum of log-probs of every row plus each next token's log-prob, flattened per
+   sentence to ``beam·V`` and cut to the best ``2·beam`` (a top-k, no loop over the vocabulary). Twice the beam,
+   so that candidates ending in EOS, which leave the beam, never leave it with fewer than ``beam`` live ones.
+2. finalize: EOS candidates ranked in the first ``beam`` (further down they would not have been in the beam)
+   go to their sentence's finished list; at a sentence's max length, its first ``beam`` candidates do, as is.
+3. the first ``beam`` non-EOS candidates become the live hypotheses; finished sentences drop out of the batch;
+   ``stepper.reorder(flat_index)`` makes the caches follow the surviving hypotheses, then ``stepper.step``.
+
+Scores (fairseq): ``score = sum log p / len ** length_penalty``, ``len`` counting the generated tokens including
+EOS. ``length_penalty`` 0 is the plain sum (favours short outputs), 1 the mean log-prob; >1 favours long ones.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .step import Stepper
+
+
+@dataclass
+class BeamResult:
+    tokens: list[list[Tensor]]  # [B][n_best] generated ids (prefix excluded), ending in EOS when one was emitted
+    scores: Tensor  # (B, n_best) length-penalized scores, best first; -inf where fewer hypotheses exist
+    logprobs: Tensor  # (B, n_best) sums of the tokens' log-probs
+
+    @property
+    def best(self) -> list[Tensor]:
+        return [hyps[0] for hyps in self.tokens]
+
+
+def _max_new(batch, prompt_len, max_new_tokens, a, b, src_lengths) -> list[int]:
+    if max_new_tokens is not None:
+        if a or b is not None:
+            raise ValueError("give max_new_tokens or max_len_a/max_len_b, not both")
+        limits = [int(max_new_tokens)] * batch
+    elif a or b is not None:
+        src = src_lengths.tolist() if isinstance(src_lengths, Tensor) else src_lengths
+        limits = [int(a * n + (b or 0)) for n in (src if src is not None else [prompt_len] * batch)]
+    else:
+        raise ValueError("beam_search needs max_new_tokens or max_len_a/max_len_b")
+    if len(limits) != batch or min(limits) < 1:
+        raise ValueError(f"need one max length >= 1 per row, got {limits}")
+    return limits
+
+
+@torch.no_grad()
+def beam_search(
+    stepper: Stepper,
+    prefix: Tensor,
+    *,
+    beam_size: int,
+    max_new_tokens: int | None = None,
+    max_len_a: float = 0.0,
+    max_len_b: int | None = None,
+    src_lengths: Tensor | list[int] | None = None,
+    eos_id: int | None = None,
+    length_penalty: float = 1.0,
+    n_best: int = 1,
+    vocab_size: int | None = None,
+    min_len: int = 0,
+    early_stopping: bool = True,
+    expand_prefix: bool = False,
+) -> BeamResult:
+    """prefix (B, T) -> the ``n_best`` best continuations of each row (see the module docstring).
+
+    Max length (new tokens, EOS included): ``max_new_tokens``, or ``int(max_len_a · src_len + max_len_b)`` per row,
+    ``src_len`` from ``src_lengths`` (e.g. a translation's source lengths) or the prefix length T.
+    ``min_len``: EOS is forbidden (log-prob -inf, as fairseq) until ``min_len`` tokens have been generated.
+    ``vocab_size``: ids ≥ it are masked before the softmax (the distribution is renormalized over the others).
+    ``early_stopping`` True (fairseq's default): a sentence is done once it has ``beam_size`` finished
+    hypotheses; then ``beam_size=1`` is greedy decoding whatever the length penalty. False: it goes on until its
+    best live hypothesis, even at its most favourable future length, cannot beat its ``beam_size``-th best finished.
+    ``expand_prefix``: prefill the B·beam expanded prefix instead of prefilling B rows then ``reorder`` (same result).
+    """
+    B, k, dev = prefix.shape[0], beam_size, prefix.device
+    if not 1 <= n_best <= k:
+        raise ValueError(f"need 1 <= n_best <= beam_size, got n_best={n_best}, beam_size={k}")
+    limit = _max_new(B, prefix.shape[1], max_new_tokens, max_len_a, max_len_b, src_lengths)
+    if expand_prefix:
+        logits = stepper.prefill(prefix.repeat_interleave(k, dim=0))
+    else:
+        logits = stepper.prefill(prefix).repeat_interleave(k, dim=0)
+        stepper.reorder(torch.arange(B, device=dev).repeat_interleave(k))
+    sums = torch.full((B, k), float("-inf"), device=dev)
+    sums[:, 0] = 0.0  # the beams start identical: only the first may expand, or the beam fills with copies
+    hyps = prefix.new_empty(B * k, 0)  # (n·k, t) tokens generated so far by each live row
+    sent = list(range(B))  # the original index of each sentence still in the batch
+    finished: list[list[tuple[float, float, Tensor]]] = [[] for _ in range(B)]  # (score, logprob, tokens)
+
+    for t in range(max(limit)):
+        n = len(sent)
+        logits = logits.float()
+        if vocab_size is not None and vocab_size < logits.shape[-1]:
+            logits = logits.index_fill(-1, torch.arange(vocab_size, logits.shape[-1], device=dev), float("-inf"))
+        lp = logits.log_softmax(dim=-1)
+        if eos_id is not None and t < min_len:
+            lp[:, eos_id] = float("-inf")
+        V = lp.shape[-1]
+        top, idx = (sums.view(-1, 1) + lp).view(n, k * V).topk(min(2 * k, k * V), dim=1)  # (n, 2k) best first
+        tok = idx % V
+        src = idx // V + torch.arange(n, device=dev)[:, None] * k  # the stepper row each candidate extends
+        is_eos = tok == eos_id if eos_id is not None else torch.zeros_like(tok, dtype=torch.bool)
+        at_max = torch.tensor([limit[s] == t + 1 for s in sent], device=dev)[:, None]
+        final = top.isfinite() & (is_eos | at_max)
+        final[:, k:] = False
+        if final.any():
+            f_lp = top[final]
+            f_score = (f_lp / (t + 1) ** length_penalty).tolist()
+            for (i, _), r, tk, lp_i, sc in zip(final.nonzero().tolist(), src[final].tolist(), tok[final].tolist(),
+                                               f_lp.tolist(), f_score):
+                finished[sent[i]].append((sc, lp_i, torch.cat([hyps[r], hyps.new_tensor([tk])])))
+
+        # the live beam: the first k candidates that do not end in EOS, in rank order
+        keep = (is_eos.long() * top.shape[1] + torch.arange(top.shape[1], device=dev)).argsort(dim=1)[:, :k]
+        sums, src, tok = top.gather(1, keep), src.gather(1, keep), tok.gather(1, keep)
+
+        best_live = sums.max(dim=1).values
+        if not early_stopping:  # best live score at its most favourable final length (sums ≤ 0 only decrease)
+            length = [limit[s] if length_penalty >= 0 else t + 2 for s in sent]
+            future = (best_live / torch.tensor(length, device=dev, dtype=torch.float) ** length_penalty).tolist()
+        live_any = best_live.isfinite().tolist()
+        remaining = []
+        for i, s in enumerate(sent):
+            done = limit[s] == t + 1 or not live_any[i]
+            if not done and len(finished[s]) >= k:
+                done = early_stopping or future[i] <= heapq.nlargest(k, (h[0] for h in finished[s]))[-1]
+            if not done:
+                remaining.append(i)
+        if not remaining:
+            break
+        if len(remaining) < n:
+            rows = torch.tensor(remaining, device=dev)
+            sums, src, tok, sent = sums[rows], src[rows], tok[rows], [sent[i] for i in remaining]
+        index, tok = src.flatten(), tok.flatten()
+        hyps = torch.cat([hyps.index_select(0, index), tok[:, None]], dim=1)
+        stepper.reorder(index)
+        logits = stepper.step(tok)
+
+    scores = torch.full((B, n_best), float("-inf"), device=dev)
+    logprobs = torch.full((B, n_best), float("-inf"), device=dev)
+    tokens = []
+    for s in range(B):
+        best = sorted(finished[s], key=lambda h: -h[0])[:n_best]
+        tokens.append([h[2] for h in best])
+        for j, (sc, lp_j, _) in enumerate(best):
+            scores[s, j], logprobs[s, j] = sc, lp_j
+    return BeamResult(tokens, scores, logprobs)

@@ -1,0 +1,306 @@
+"""Beam search: exact checks on a hand-made bigram stepper, beam 1 == greedy, beam as wide as the search space ==
+exhaustive search, beam ≥ greedy on average, KV cache == recomputation (reorder), n-best, max/min length, EOS."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from torch import Tensor
+
+from attnlab.decoding import BeamResult, CausalLMStepper, beam_search, generate
+from attnlab.models.causal_lm import CausalLM
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------------------------
+class TableStepper:
+    """A Stepper test double: the next-token distribution is ``table[last token]`` (a bigram model), so every
+    sequence's probability is known exactly. Records what the search feeds it and the batch sizes it sees."""
+
+    def __init__(self, table: list[list[float]]):
+        self.logp = torch.tensor(table, dtype=torch.float).log()  # zeros -> -inf logits: impossible tokens
+        self.last: Tensor | None = None
+        self.fed: list[list[int]] = []
+        self.calls = 0
+
+    def _out(self) -> Tensor:
+        self.calls += 1
+        return self.logp[self.last]
+
+    def prefill(self, prefix: Tensor) -> Tensor:
+        self.last = prefix[:, -1]
+        return self._out()
+
+    def step(self, token: Tensor) -> Tensor:
+        assert token.shape == self.last.shape, "step() must get one token per current row"
+        self.fed.append(token.tolist())
+        self.last = token
+        return self._out()
+
+    def reorder(self, index: Tensor) -> None:
+        self.last = self.last.index_select(0, index)
+
+    def seq_logprob(self, start: int, seq: list[int]) -> float:
+        return sum(float(self.logp[a, b]) for a, b in zip([start] + seq[:-1], seq))
+
+
+# bigram table over {0: EOS, 1: x, 2: y, 3: z, 4: start}
+EOS = 0
+START = 4
+
+
+def trap_table() -> list[list[float]]:
+    """Greedy takes x (0.5) then at best 0.34: p = 0.17; y then EOS has p = 0.4 · 0.9 = 0.36."""
+    return [
+        [1.0, 0.0, 0.0, 0.0, 0.0],  # after EOS (never used)
+        [0.0, 0.34, 0.33, 0.33, 0.0],  # x: flat
+        [0.9, 0.05, 0.0, 0.05, 0.0],  # y: EOS likely
+        [0.1, 0.0, 0.0, 0.9, 0.0],  # z: z again
+        [0.1, 0.5, 0.4, 0.0, 0.0],  # start
+    ]
+
+
+def make_lm(vocab: int, seed: int = 0, scale: float = 20.0, max_len: int = 32) -> CausalLM:
+    torch.manual_seed(seed)
+    model = CausalLM(vocab, d_model=32, n_layers=2, n_heads=4, max_len=max_len, dropout=0.0, tie_embeddings=False)
+    with torch.no_grad():  # peaked (not near-uniform) logits, untied so a token does not just predict itself
+        model.embed.weight.mul_(scale)
+        model.lm_head.weight.mul_(scale)
+    return model.eval()
+
+
+def prompts(vocab: int, b: int, t: int = 5, seed: int = 1, low: int = 0) -> Tensor:
+    return torch.randint(low, vocab, (b, t), generator=torch.Generator().manual_seed(seed))
+
+
+@torch.no_grad()
+def lm_logprob(model: CausalLM, prefix: Tensor, seq: Tensor) -> float:
+    """Sum of log p(seq | prefix) by one full forward pass (no stepper, no cache)."""
+    ids = torch.cat([prefix, seq])[None]
+    lp = model(ids[:, :-1])[0, -len(seq):].float().log_softmax(-1)
+    return float(lp.gather(-1, seq[:, None]).sum())
+
+
+def check_well_formed(res: BeamResult, eos_id: int | None, length_penalty: float) -> None:
+    for hyps, scores, logprobs in zip(res.tokens, res.scores, res.logprobs):
+        for h, sc, lp in zip(hyps, scores.tolist(), logprobs.tolist()):
+            if eos_id is not None:
+                assert eos_id not in h[:-1].tolist(), "no token after EOS"
+            assert sc == pytest.approx(lp / len(h) ** length_penalty, rel=1e-5, abs=1e-6)
+        assert scores[: len(hyps)].tolist() == sorted(scores[: len(hyps)].tolist(), reverse=True)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# exact checks on the bigram stepper
+# --------------------------------------------------------------------------------------------------------------
+def test_beam_escapes_the_greedy_trap():
+    prefix = torch.tensor([[START]])
+    greedy = beam_search(TableStepper(trap_table()), prefix, beam_size=1, max_new_tokens=2, eos_id=EOS,
+                         length_penalty=0.0)
+    assert greedy.best[0].tolist() == [1, 1]
+    assert greedy.logprobs[0, 0] == pytest.approx(math.log(0.5 * 0.34))
+    beam = beam_search(TableStepper(trap_table()), prefix, beam_size=2, max_new_tokens=2, eos_id=EOS,
+                       length_penalty=0.0, n_best=2)
+    assert [h.tolist() for h in beam.tokens[0]] == [[2, EOS], [1, 1]]
+    assert beam.logprobs[0].tolist() == pytest.approx([math.log(0.36), math.log(0.17)])
+    check_well_formed(beam, EOS, 0.0)
+
+
+def test_scores_are_fairseq_length_normalized():
+    res = beam_search(TableStepper(trap_table()), torch.tensor([[START]]), beam_size=3, max_new_tokens=3,
+                      eos_id=EOS, length_penalty=1.0, n_best=3)
+    check_well_formed(res, EOS, 1.0)
+    best = res.best[0].tolist()
+    assert best == [2, EOS] and res.scores[0, 0] == pytest.approx(math.log(0.36) / 2)
+
+
+def test_finished_sentences_leave_the_batch_and_no_step_is_wasted():
+    # row 0 starts at y (EOS 0.9, so done after one step with beam 1), row 1 at z (z forever: runs to max)
+    stepper = TableStepper(trap_table())
+    res = beam_search(stepper, torch.tensor([[2], [3]]), beam_size=1, max_new_tokens=4, eos_id=EOS)
+    assert [h.tolist() for h in res.best] == [[EOS], [3, 3, 3, 3]]
+    assert [len(f) for f in stepper.fed] == [1, 1, 1]  # only row 1 is still stepped
+    assert stepper.calls == 4  # prefill + 3 steps for 4 tokens
+    assert all(EOS not in f for f in stepper.fed)  # EOS is never fed back: finished hypotheses leave the beam
+
+
+def test_min_len_forbids_early_eos():
+    table = trap_table()
+    for min_len in (0, 1, 2, 3):
+        res = beam_search(TableStepper(table), torch.tensor([[2], [START]]), beam_size=3, max_new_tokens=6,
+                          eos_id=EOS, min_len=min_len, n_best=3)
+        for hyps in res.tokens:
+            for h in hyps:
+                if h[-1] == EOS:
+                    assert len(h) >= min_len + 1  # at least min_len tokens before EOS
+        if min_len == 0:
+            assert res.best[0].tolist() == [EOS]
+        else:
+            assert len(res.best[0]) > min_len
+
+
+def test_max_len_a_b_and_src_lengths():
+    no_eos = [[0.0, 0.5, 0.5, 0.0, 0.0]] * 5  # EOS impossible: every hypothesis runs to its max length
+    prefix = torch.full((3, 4), START)
+
+    def lengths(**kw) -> list[int]:
+        res = beam_search(TableStepper(no_eos), prefix, beam_size=2, eos_id=EOS, n_best=2, **kw)
+        assert all(len(h) == len(hyps[0]) for hyps in res.tokens for h in hyps)
+        return [len(hyps[0]) for hyps in res.tokens]
+
+    assert lengths(max_new_tokens=3) == [3, 3, 3]
+    assert lengths(max_len_b=2) == [2, 2, 2]
+    assert lengths(max_len_a=1.5, max_len_b=1) == [7, 7, 7]  # int(1.5 · 4 + 1), src_len = prefix length
+    assert lengths(max_len_a=1.0, max_len_b=1, src_lengths=torch.tensor([1, 3, 5])) == [2, 4, 6]
+    assert lengths(max_len_a=0.5, src_lengths=[2, 7, 4]) == [1, 3, 2]
+    with pytest.raises(ValueError):
+        lengths(max_new_tokens=3, max_len_b=2)
+    with pytest.raises(ValueError):
+        lengths()
+    with pytest.raises(ValueError):
+        lengths(max_len_a=0.1, max_len_b=0)  # a zero max length
+    with pytest.raises(ValueError):
+        beam_search(TableStepper(no_eos), prefix, beam_size=2, n_best=3, max_new_tokens=2)
+
+
+def test_without_eos_id_every_hypothesis_runs_to_max_length():
+    res = beam_search(TableStepper(trap_table()), torch.tensor([[START]]), beam_size=3, max_new_tokens=3, n_best=3)
+    assert all(len(h) == 3 for h in res.tokens[0])
+    assert EOS in torch.cat(res.tokens[0]).tolist()  # EOS is an ordinary token here
+
+
+def test_early_stopping_false_searches_on_for_longer_better_normalized_hypotheses():
+    # start: EOS 0.6, x 0.4; x -> x 0.99. Greedy stops at EOS (score log 0.6); x·8 scores (log 0.4 + 7 log 0.99)/8
+    table = [[1, 0, 0, 0, 0], [0.01, 0.99, 0, 0, 0], [1, 0, 0, 0, 0], [1, 0, 0, 0, 0], [0.6, 0.4, 0, 0, 0]]
+    kw = dict(beam_size=1, max_new_tokens=8, eos_id=EOS, length_penalty=1.0)
+    fairseq = beam_search(TableStepper(table), torch.tensor([[START]]), early_stopping=True, **kw)
+    assert fairseq.best[0].tolist() == [EOS]
+    full = beam_search(TableStepper(table), torch.tensor([[START]]), early_stopping=False, **kw)
+    assert full.best[0].tolist() == [1] * 8
+    assert full.scores[0, 0] == pytest.approx((math.log(0.4) + 7 * math.log(0.99)) / 8)
+    # with no length normalization, nothing longer can beat the finished EOS: both stop at once
+    stepper = TableStepper(table)
+    plain = beam_search(stepper, torch.tensor([[START]]), early_stopping=False, **{**kw, "length_penalty": 0.0})
+    assert plain.best[0].tolist() == [EOS] and stepper.calls == 1
+
+
+def test_vocab_size_masks_ids_beyond_it():
+    res = beam_search(TableStepper(trap_table()), torch.tensor([[START]]), beam_size=4, max_new_tokens=3,
+                      eos_id=EOS, vocab_size=2, n_best=4)  # only EOS and x allowed
+    assert all(set(h.tolist()) <= {0, 1} for h in res.tokens[0])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# a small causal LM
+# --------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cache", "recompute"])
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0])
+def test_beam_one_is_greedy(use_cache, length_penalty):
+    V = 40
+    model = make_lm(V)
+    prefix = prompts(V, 6)
+    free = generate(CausalLMStepper(model), prefix, 10, temperature=0)[:, 5:]
+    eos = int(free[0, 3])  # a token greedy really emits, so some rows stop early and some do not
+    greedy = generate(CausalLMStepper(model, use_cache=use_cache), prefix, 10, temperature=0, eos_id=eos)[:, 5:]
+    res = beam_search(CausalLMStepper(model, use_cache=use_cache), prefix, beam_size=1, max_new_tokens=10,
+                      eos_id=eos, length_penalty=length_penalty)
+    n_stopped = 0
+    for row, hyp in zip(greedy.tolist(), res.best):
+        expected = row[: row.index(eos) + 1] if eos in row else row
+        n_stopped += eos in row
+        assert hyp.tolist() == expected
+    assert 0 < n_stopped < len(prefix)
+    check_well_formed(res, eos, length_penalty)
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0])
+def test_full_width_beam_equals_exhaustive_search(length_penalty):
+    V, L, eos = 4, 4, 0
+    model = make_lm(V, scale=8.0)
+    prefix = prompts(V, 2, t=3)
+    res = beam_search(CausalLMStepper(model), prefix, beam_size=V**L, max_new_tokens=L, eos_id=eos,
+                      length_penalty=length_penalty, n_best=V**L)
+    # every sequence that ends in EOS, or reaches length L without one
+    space = [list(s) + [eos] for n in range(L) for s in itertools.product(range(1, V), repeat=n)]
+    space += [list(s) for s in itertools.product(range(1, V), repeat=L)]
+    assert len(space) == 1 + 3 + 9 + 27 + 81
+    for b in range(len(prefix)):
+        scored = sorted(((lm_logprob(model, prefix[b], torch.tensor(s)) / len(s) ** length_penalty, s)
+                         for s in space), key=lambda x: -x[0])
+        found = [(sc, h.tolist()) for sc, h in zip(res.scores[b].tolist(), res.tokens[b])]
+        assert len(found) == len(space)  # the beam explored the whole space; the rest of n_best is -inf
+        assert math.isinf(res.scores[b, len(space)]) and res.scores[b, len(space)] < 0
+        assert found[0][1] == scored[0][1]
+        assert found[0][0] == pytest.approx(scored[0][0], abs=1e-4)
+        assert [sc for sc, _ in found] == pytest.approx([sc for sc, _ in scored], abs=1e-4)
+        assert sorted(h for _, h in found) == sorted(space)
+        assert scored[0][0] - scored[1][0] > 1e-3  # the best is not a float-noise tie
+    # and a narrower beam is no better than the exhaustive best
+    narrow = beam_search(CausalLMStepper(model), prefix, beam_size=2, max_new_tokens=L, eos_id=eos,
+                         length_penalty=length_penalty)
+    assert (narrow.scores[:, 0] <= res.scores[:, 0] + 1e-5).all()
+
+
+def test_wider_beam_finds_more_probable_outputs_than_greedy():
+    V, eos = 40, 0
+    model = make_lm(V, scale=6.0)
+    prefix = prompts(V, 16, low=1)
+    kw = dict(max_new_tokens=8, eos_id=eos, length_penalty=0.0)
+    greedy = generate(CausalLMStepper(model), prefix, 8, temperature=0, eos_id=eos)[:, 5:]
+    greedy_lp = []
+    for p, row in zip(prefix, greedy.tolist()):
+        seq = row[: row.index(eos) + 1] if eos in row else row
+        greedy_lp.append(lm_logprob(model, p, torch.tensor(seq)))
+    one = beam_search(CausalLMStepper(model), prefix, beam_size=1, **kw)
+    assert one.logprobs[:, 0].tolist() == pytest.approx(greedy_lp, abs=1e-4)
+    five = beam_search(CausalLMStepper(model), prefix, beam_size=5, **kw)
+    rescored = [lm_logprob(model, p, h) for p, h in zip(prefix, five.best)]
+    assert five.logprobs[:, 0].tolist() == pytest.approx(rescored, abs=1e-4)  # reported = true log-probs
+    assert five.logprobs[:, 0].mean() >= torch.tensor(greedy_lp).mean()
+    assert (five.logprobs[:, 0] > torch.tensor(greedy_lp) + 1e-3).any()  # and strictly better somewhere
+
+
+@pytest.mark.parametrize("max_len", [32, 10], ids=["fits", "slides"])
+def test_cache_recompute_and_prefix_expansion_agree(max_len):
+    V = 40
+    model = make_lm(V, max_len=max_len)
+    prefix = prompts(V, 3)
+    eos = int(generate(CausalLMStepper(model), prefix, 6, temperature=0)[1, -1])
+    runs = [beam_search(CausalLMStepper(model, use_cache=c), prefix, beam_size=4, max_new_tokens=12, eos_id=eos,
+                        n_best=4, expand_prefix=e) for c, e in [(True, False), (False, False), (True, True)]]
+    for other in runs[1:]:
+        assert [[h.tolist() for h in hyps] for hyps in other.tokens] == \
+            [[h.tolist() for h in hyps] for hyps in runs[0].tokens]
+        torch.testing.assert_close(other.scores, runs[0].scores, atol=1e-4, rtol=0)
+        torch.testing.assert_close(other.logprobs, runs[0].logprobs, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0, 2.0])
+def test_n_best_distinct_and_sorted(length_penalty):
+    V, eos = 40, 0
+    model = make_lm(V, scale=6.0)
+    prefix = prompts(V, 4, low=1)
+    res = beam_search(CausalLMStepper(model), prefix, beam_size=6, n_best=5, max_new_tokens=8, eos_id=eos,
+                      length_penalty=length_penalty)
+    assert res.scores.shape == res.logprobs.shape == (4, 5)
+    for b, hyps in enumerate(res.tokens):
+        assert len(hyps) == 5
+        assert len({tuple(h.tolist()) for h in hyps}) == 5
+        for h, lp in zip(hyps, res.logprobs[b].tolist()):
+            assert lp == pytest.approx(lm_logprob(model, prefix[b], h), abs=1e-4)
+    check_well_formed(res, eos, length_penalty)
+    one = beam_search(CausalLMStepper(model), prefix, beam_size=6, max_new_tokens=8, eos_id=eos,
+                      length_penalty=length_penalty)
+    assert [h.tolist() for h in one.best] == [hyps[0].tolist() for hyps in res.tokens]
