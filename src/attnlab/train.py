@@ -15,12 +15,14 @@ from typing import Any
 import hydra
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from . import ddp
 from .paths import CONF_DIR
 from .utils.hardware import slow_bf16_warning
+from .utils.sweep import one_line, write_job_status
 from .utils.config import ConfigError, auto_tags, check_block_groups, flatten, print_config_tree
 
 log = logging.getLogger(__name__)
@@ -100,11 +102,31 @@ def finish_loggers(loggers: list) -> None:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def _main(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
+    job_dir = Path(hc.runtime.output_dir)
+    in_sweep = hc.mode == RunMode.MULTIRUN
     try:
-        check_block_groups(cfg, hc.overrides.task)
-    except ConfigError as e:
+        value = train_job(cfg, hc)
+    except ConfigError as e:  # a wrong choice: one line, no traceback
+        if in_sweep:
+            log.error(str(e))
+            write_job_status(job_dir, hc.overrides.task, error=e)
+            return float("nan")
         log.error(str(e))
         sys.exit(2)
+    except Exception as e:
+        if not in_sweep:
+            raise
+        # One failing job (a diverging lr, a bad option) must not end the sweep: log it, record it, go on.
+        log.exception(f"job {hc.job.num} failed: {one_line(e)}")
+        write_job_status(job_dir, hc.overrides.task, error=e)
+        return float("nan")
+    if in_sweep and rank_zero_only.rank == 0:
+        write_job_status(job_dir, hc.overrides.task, value=value)
+    return value
+
+
+def train_job(cfg: DictConfig, hc) -> float | None:
+    check_block_groups(cfg, hc.overrides.task)
     slow = slow_bf16_warning(cfg.trainer.get("precision"), cfg.trainer.get("accelerator", "auto"))
     if slow:
         log.warning(slow)
