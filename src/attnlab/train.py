@@ -19,7 +19,7 @@ from hydra.types import RunMode
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from . import ddp
+from . import ddp, resume
 from .paths import CONF_DIR
 from .utils.hardware import slow_bf16_warning
 from .utils.sweep import one_line, write_job_status
@@ -106,7 +106,7 @@ def _main(cfg: DictConfig) -> float | None:
     in_sweep = hc.mode == RunMode.MULTIRUN
     try:
         value = train_job(cfg, hc)
-    except ConfigError as e:  # a wrong choice: one line, no traceback
+    except (ConfigError, resume.ResumeError) as e:  # a wrong choice: one line, no traceback
         if in_sweep:
             log.error(str(e))
             write_job_status(job_dir, hc.overrides.task, error=e)
@@ -125,8 +125,22 @@ def _main(cfg: DictConfig) -> float | None:
     return value
 
 
+def continue_run(cfg: DictConfig, run_dir: Path) -> None:
+    """resume=…: Hydra already put us in the run's folder; start from its last.ckpt, log to its W&B run."""
+    if cfg.get("ckpt_path"):
+        raise ConfigError("give either resume= or ckpt_path=, not both")
+    with open_dict(cfg):
+        cfg.ckpt_path = str(resume.last_checkpoint(run_dir, cfg.resume))
+        wb = (cfg.get("logger") or {}).get("wandb")
+        if wb is not None and not wb.get("id"):
+            wb.id = resume.previous_wandb_id(run_dir)
+    log.info(f"resuming {run_dir} from {cfg.ckpt_path}" + (f", W&B run {wb.id}" if wb is not None else ""))
+
+
 def train_job(cfg: DictConfig, hc) -> float | None:
     check_block_groups(cfg, hc.overrides.task)
+    if cfg.get("resume"):
+        continue_run(cfg, Path(hc.runtime.output_dir))
     slow = slow_bf16_warning(cfg.trainer.get("precision"), cfg.trainer.get("accelerator", "auto"))
     if slow:
         log.warning(slow)
