@@ -169,6 +169,11 @@ class _EpochSampler(SequentialSampler):
         self.epoch = epoch
 
 
+class _FrozenEpochSampler(_EpochSampler):
+    def set_epoch(self, epoch: int) -> None:  # always epoch 0's windows
+        self.epoch = 0
+
+
 class _EpochDataLoader(DataLoader):
     """Passes the sampler's epoch to the dataset each time an epoch's iteration begins.
 
@@ -298,7 +303,12 @@ class LMDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self._require(self.train_dataset), train=True)
+        loader = self._loader(self._require(self.train_dataset), train=True)
+        if self.trainer is not None and self.trainer.overfit_batches:
+            # debug=overfit must see the same windows every epoch: freeze the offsets at epoch 0
+            loader = _EpochDataLoader(loader.dataset, batch_size=loader.batch_size, sampler=_FrozenEpochSampler(
+                loader.dataset), drop_last=True, num_workers=loader.num_workers)
+        return loader
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self._require(self.val_dataset), train=False)
