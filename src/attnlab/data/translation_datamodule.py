@@ -1,0 +1,436 @@
+"""Sequence-to-sequence translation data: number words (``source="numbers"``) or a user's TSV corpus (``"tsv"``).
+
+Pipeline (everything cached under ``cache_dir``)::
+
+    numbers: num2words -> <cache_dir>/numbers/<key>/{train,val,test[,copy_test]}.tsv     (numbers.py)
+    tsv:     read_parallel_tsv(path) -> split by seed, grouped by source sentence    (parallel.py)
+    "\\n".join(train sources and targets) --train_or_load_bpe--> one joint tokenizer  (tokenizer.py)
+
+One **joint** byte-level BPE serves both languages (trained on the training split only, both sides): one vocabulary
+and one set of special ids (``<pad>``=0, ``<bos>``=1, ``<eos>``=2, ``<unk>``=3), so a model may tie encoder,
+decoder and output embeddings, and copying a name is predicting the very ids it read. ``src_vocab_size ==
+tgt_vocab_size == vocab_size``. For the numbers the vocabulary is closed and small, so with the default cap every
+word becomes one token (word-level in effect); a hyphen is its own token ("twenty-one" -> "twenty", "-", "one").
+
+A batch (``collate``) is a dict, padded per batch to its longest sequence::
+
+    src       LongTensor[B, S]   source ids (+ <eos> when src_eos), right-padded with <pad>
+    src_mask  BoolTensor[B, S]   True at real tokens
+    tgt_in    LongTensor[B, T]   <bos> + target ids       (decoder input, teacher forcing)
+    tgt_out   LongTensor[B, T]   target ids + <eos>        (labels; <pad> = ignore_index)
+    tgt_mask  BoolTensor[B, T]   True at real tokens of tgt_in / tgt_out
+    bucket    LongTensor[B]      source-length bucket (``bucket_names``) for per-bucket accuracy
+    src_text, tgt_text           list[str]: the untokenized pair, for BLEU / exact match on detokenized text
+
+Training batches are shuffled each epoch by ``(seed, epoch)``; with ``sort_by_length`` they are cut from pools of
+``bucket_pool`` batches sorted by length, so padding is small. Val/test/copy_test batches are deterministic (sorted
+by length when ``sort_by_length``, else in split order); the last batch may be smaller.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+import lightning as L
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from attnlab.data.lm_datamodule import _EpochDataLoader, _EpochSampler
+from attnlab.data.numbers import load_or_generate_numbers
+from attnlab.data.parallel import (
+    DEFAULT_BUCKET_EDGES,
+    Pair,
+    bucket_names,
+    check_bucket_edges,
+    read_parallel_tsv,
+    split_pairs,
+)
+from attnlab.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer, train_or_load_bpe
+
+log = logging.getLogger(__name__)
+
+SOURCES = ("numbers", "tsv")
+
+
+# --------------------------------------------------------------------------------------
+# Datasets and batching
+# --------------------------------------------------------------------------------------
+class TranslationDataset(Dataset):
+    """Encoded pairs: item ``i`` is ``{"src", "tgt", "src_text", "tgt_text", "bucket"}``.
+
+    ``src`` already ends with <eos> when the data module's ``src_eos`` is set; ``tgt`` has no markers (``collate``
+    adds them). Ids live in two flat int32 arrays with offsets (cheap to pickle to workers).
+    """
+
+    def __init__(self, pairs: Sequence[Pair], src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]]):
+        if not len(pairs) == len(src_ids) == len(tgt_ids):
+            raise ValueError("pairs, src_ids and tgt_ids must have the same length")
+        self.pairs = list(pairs)
+        self.src_lens = np.array([len(s) for s in src_ids], dtype=np.int64)
+        self.tgt_lens = np.array([len(t) for t in tgt_ids], dtype=np.int64)
+        self._src = np.fromiter((i for s in src_ids for i in s), dtype=np.int32, count=int(self.src_lens.sum()))
+        self._tgt = np.fromiter((i for t in tgt_ids for i in t), dtype=np.int32, count=int(self.tgt_lens.sum()))
+        self._src_off = np.concatenate([[0], np.cumsum(self.src_lens)])
+        self._tgt_off = np.concatenate([[0], np.cumsum(self.tgt_lens)])
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, i: int) -> dict:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        p = self.pairs[i]
+        src = self._src[self._src_off[i] : self._src_off[i + 1]]
+        tgt = self._tgt[self._tgt_off[i] : self._tgt_off[i + 1]]
+        return {
+            "src": torch.from_numpy(src.astype(np.int64)),
+            "tgt": torch.from_numpy(tgt.astype(np.int64)),
+            "src_text": p.src,
+            "tgt_text": p.tgt,
+            "bucket": p.bucket,
+        }
+
+
+def collate(items: Sequence[dict], pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> dict:
+    """Pad a list of ``TranslationDataset`` items into one batch (see the module doc for the keys)."""
+    B = len(items)
+    S = max(len(it["src"]) for it in items)
+    T = max(len(it["tgt"]) for it in items) + 1
+    src = torch.full((B, S), pad_id, dtype=torch.long)
+    tgt_in = torch.full((B, T), pad_id, dtype=torch.long)
+    tgt_out = torch.full((B, T), pad_id, dtype=torch.long)
+    src_mask = torch.zeros((B, S), dtype=torch.bool)
+    tgt_mask = torch.zeros((B, T), dtype=torch.bool)
+    for b, it in enumerate(items):
+        s, t = it["src"], it["tgt"]
+        src[b, : len(s)] = s
+        src_mask[b, : len(s)] = True
+        tgt_in[b, 0] = bos_id
+        tgt_in[b, 1 : len(t) + 1] = t
+        tgt_out[b, : len(t)] = t
+        tgt_out[b, len(t)] = eos_id
+        tgt_mask[b, : len(t) + 1] = True
+    return {
+        "src": src,
+        "src_mask": src_mask,
+        "tgt_in": tgt_in,
+        "tgt_out": tgt_out,
+        "tgt_mask": tgt_mask,
+        "bucket": torch.tensor([int(it["bucket"]) for it in items], dtype=torch.long),
+        "src_text": [it["src_text"] for it in items],
+        "tgt_text": [it["tgt_text"] for it in items],
+    }
+
+
+class BatchDataset(Dataset):
+    """A dataset of whole batches: item ``i`` is the collated ``i``-th batch of the current epoch's plan.
+
+    The plan (which examples form which batch) is a function of ``(seed, epoch)`` only, so it does not depend on
+    worker or DDP rank; under DDP a sampler over *batches* gives each rank different whole batches. With
+    ``shuffle`` the examples are permuted each epoch and, with ``sort_by_length``, cut into pools of
+    ``pool`` batches sorted by (source, target) length, then the batch order is permuted. Without ``shuffle``
+    (or with ``frozen``) the plan is fixed: sorted over the whole split, or in split order. The epoch lives in a
+    shared-memory tensor so that ``set_epoch`` in the main process reaches persistent workers.
+    """
+
+    def __init__(self, dataset: TranslationDataset, batch_size: int, *, shuffle: bool, sort_by_length: bool,
+                 pool: int = 50, seed: int = 0, pad_id: int = PAD_ID, frozen: bool = False):  # fmt: skip
+        if batch_size < 1 or pool < 1:
+            raise ValueError(f"batch_size and pool must be >= 1, got {batch_size}, {pool}")
+        self.dataset, self.batch_size, self.pool = dataset, batch_size, pool
+        self.shuffle, self.sort_by_length, self.seed, self.pad_id = shuffle, sort_by_length, seed, pad_id
+        self.frozen = frozen  # always epoch 0's plan (Trainer(overfit_batches=...): the same batches every epoch)
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._plan: tuple[int, list[np.ndarray]] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch.fill_(int(epoch))
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch) if self.shuffle and not self.frozen else 0
+
+    def _sorted(self, idx: np.ndarray) -> np.ndarray:
+        ds = self.dataset
+        return idx[np.lexsort((ds.tgt_lens[idx], ds.src_lens[idx]))]  # by source length, then target length
+
+    def plan(self, epoch: int | None = None) -> list[np.ndarray]:
+        """The batches (arrays of example indices) of ``epoch`` (default: the current one)."""
+        epoch = self.epoch if epoch is None else epoch
+        if self._plan is not None and self._plan[0] == epoch:
+            return self._plan[1]
+        n, B = len(self.dataset), self.batch_size
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, epoch])
+            order = rng.permutation(n)
+            if self.sort_by_length:
+                chunk = B * self.pool
+                order = np.concatenate([self._sorted(order[i : i + chunk]) for i in range(0, n, chunk)])
+            batches = [order[i : i + B] for i in range(0, n, B)]
+            batches = [batches[j] for j in rng.permutation(len(batches))]
+        else:
+            order = self._sorted(np.arange(n)) if self.sort_by_length else np.arange(n)
+            batches = [order[i : i + B] for i in range(0, n, B)]
+        self._plan = (epoch, batches)
+        return batches
+
+    def __len__(self) -> int:
+        return -(-len(self.dataset) // self.batch_size)
+
+    def __getitem__(self, i: int) -> dict:
+        batches = self.plan()
+        if not 0 <= i < len(batches):
+            raise IndexError(i)
+        return collate([self.dataset[int(j)] for j in batches[i]], pad_id=self.pad_id)
+
+
+def _no_collate(batch):
+    return batch  # items are already batches (module-level, so workers can pickle it)
+
+
+# --------------------------------------------------------------------------------------
+# DataModule
+# --------------------------------------------------------------------------------------
+class TranslationDataModule(L.LightningDataModule):
+    """English number words -> French/German (``source="numbers"``), or a user's TSV (``source="tsv"``).
+
+    ``vocab_size`` is the tokenizer's size cap (what the model config reads, like the LM data); the real size is
+    ``self.vocab_size`` after ``setup()``. ``seq_len`` bounds both sides: ``len(src) <= seq_len`` (with <eos>)
+    and ``len(tgt_in) == len(tgt_out) <= seq_len``. Numbers longer than that are an error (the splits keep their
+    exact sizes); TSV pairs longer than that are dropped with a warning. The actual longest lengths are
+    ``max_src_len`` and ``max_tgt_len``.
+
+    Usable without a Trainer: ``dm.prepare_data(); dm.setup("fit")``.
+    """
+
+    def __init__(
+        self,
+        source: str = "numbers",
+        # numbers
+        target_lang: str = "fr",
+        max_digits: int = 7,
+        train_size: int = 20000,
+        val_size: int = 1000,
+        test_size: int = 1000,
+        copy_names: bool = False,
+        copy_fraction: float = 0.1,
+        copy_test_size: int = 500,
+        # tsv
+        path: str | None = None,
+        val_path: str | None = None,
+        test_path: str | None = None,
+        val_fraction: float = 0.05,
+        test_fraction: float = 0.05,
+        # both
+        bucket_edges: Iterable[int] = DEFAULT_BUCKET_EDGES,
+        vocab_size: int = 512,
+        seq_len: int = 64,
+        src_eos: bool = True,
+        batch_size: int = 64,
+        sort_by_length: bool = True,
+        bucket_pool: int = 50,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        cache_dir: str = ".cache",
+        seed: int = 0,
+    ):
+        super().__init__()
+        if source not in SOURCES:
+            raise ValueError(f"unknown data source {source!r}; valid sources: {', '.join(SOURCES)}")
+        if source == "tsv" and not path:
+            raise ValueError("source='tsv' needs path=<a tab-separated file: source<TAB>target per line>")
+        if source == "tsv" and copy_names:
+            raise ValueError("copy_names applies to source='numbers' only")
+        if seq_len < 2 or batch_size < 1:
+            raise ValueError(f"seq_len must be >= 2 and batch_size >= 1, got {seq_len}, {batch_size}")
+        bucket_edges = check_bucket_edges(bucket_edges)
+        self.save_hyperparameters()
+        self.hparams.bucket_edges = list(bucket_edges)
+        self.bucket_names: list[str] = bucket_names(bucket_edges)
+        self.tokenizer: BPETokenizer | None = None
+        self.vocab_size: int | None = None  # real tokenizer size, known after setup()
+        self.splits: dict[str, list[Pair]] = {}
+        self.datasets: dict[str, TranslationDataset] = {}
+        self.max_src_len: int | None = None
+        self.max_tgt_len: int | None = None
+        self.cache_path = None  # numbers: the directory of the cached split files
+
+    # -- loading -------------------------------------------------------------------------
+    def _load_splits(self) -> dict[str, list[Pair]]:
+        hp = self.hparams
+        if hp.source == "numbers":
+            splits, self.cache_path = load_or_generate_numbers(
+                hp.cache_dir, target_lang=hp.target_lang, max_digits=hp.max_digits, train_size=hp.train_size,
+                val_size=hp.val_size, test_size=hp.test_size, seed=hp.seed, copy_names=hp.copy_names,
+                copy_fraction=hp.copy_fraction, copy_test_size=hp.copy_test_size, bucket_edges=hp.bucket_edges,
+            )  # fmt: skip
+            return splits
+        edges = hp.bucket_edges
+        pairs = read_parallel_tsv(hp.path, edges)
+        val_fraction = 0.0 if hp.val_path else hp.val_fraction
+        test_fraction = 0.0 if hp.test_path else hp.test_fraction
+        splits = split_pairs(pairs, val_fraction, test_fraction, hp.seed)
+        if hp.val_path:
+            splits["val"] = read_parallel_tsv(hp.val_path, edges)
+        if hp.test_path:
+            splits["test"] = read_parallel_tsv(hp.test_path, edges)
+        for name in ("val", "test"):
+            if not splits[name]:
+                raise ValueError(f"the {name} split of {hp.path} is empty: give {name}_fraction > 0 or {name}_path")
+        return splits
+
+    def _tokenizer(self, train: Sequence[Pair]) -> BPETokenizer:
+        text = "\n".join(f"{p.src}\n{p.tgt}" for p in train) + "\n"
+        return train_or_load_bpe(text, self.hparams.vocab_size, self.hparams.cache_dir)
+
+    def prepare_data(self) -> None:
+        """Generate/read the splits and train the tokenizer into the cache (rank 0 under DDP)."""
+        self._tokenizer(self._load_splits()["train"])
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load splits and tokenizer (cheap once cached), encode every split, check lengths."""
+        if self.tokenizer is not None:
+            return
+        hp = self.hparams
+        splits = self._load_splits()
+        tok = self._tokenizer(splits["train"])
+        eos = [tok.eos_id] if hp.src_eos else []
+        self.splits, self.datasets = {}, {}
+        for name, pairs in splits.items():
+            src_ids = [ids + eos for ids in tok.encode_batch([p.src for p in pairs])]
+            tgt_ids = tok.encode_batch([p.tgt for p in pairs])
+            keep = [i for i in range(len(pairs)) if len(src_ids[i]) <= hp.seq_len and len(tgt_ids[i]) < hp.seq_len]
+            if len(keep) < len(pairs):
+                kept = set(keep)
+                first = next(i for i in range(len(pairs)) if i not in kept)
+                what = (f"{len(pairs) - len(keep)} of {len(pairs)} {name} pairs are longer than seq_len={hp.seq_len} "
+                        f"tokens (e.g. {pairs[first].src!r})")  # fmt: skip
+                if hp.source == "numbers":
+                    raise ValueError(f"{what}; use a larger seq_len")
+                log.warning(f"{what}: dropped")
+                if not keep:
+                    raise ValueError(f"the {name} split is empty after dropping pairs longer than seq_len")
+                pairs = [pairs[i] for i in keep]
+                src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
+            self.splits[name] = pairs
+            self.datasets[name] = TranslationDataset(pairs, src_ids, tgt_ids)
+        self.max_src_len = max(int(ds.src_lens.max()) for ds in self.datasets.values())
+        self.max_tgt_len = max(int(ds.tgt_lens.max()) for ds in self.datasets.values()) + 1
+        self.tokenizer, self.vocab_size = tok, tok.vocab_size
+
+    # -- attributes ------------------------------------------------------------------------
+    @property
+    def src_tokenizer(self) -> BPETokenizer | None:
+        return self.tokenizer  # joint
+
+    @property
+    def tgt_tokenizer(self) -> BPETokenizer | None:
+        return self.tokenizer  # joint
+
+    @property
+    def src_vocab_size(self) -> int | None:
+        return self.vocab_size
+
+    @property
+    def tgt_vocab_size(self) -> int | None:
+        return self.vocab_size
+
+    pad_id, bos_id, eos_id = PAD_ID, BOS_ID, EOS_ID
+
+    @property
+    def train_dataset(self) -> TranslationDataset | None:
+        return self.datasets.get("train")
+
+    @property
+    def val_dataset(self) -> TranslationDataset | None:
+        return self.datasets.get("val")
+
+    @property
+    def test_dataset(self) -> TranslationDataset | None:
+        return self.datasets.get("test")
+
+    @property
+    def copy_test_dataset(self) -> TranslationDataset | None:
+        return self.datasets.get("copy_test")
+
+    # -- loaders ---------------------------------------------------------------------------
+    def _require(self, split: str) -> TranslationDataset:
+        if not self.datasets:
+            raise RuntimeError("TranslationDataModule: call prepare_data() and setup() first")
+        if split not in self.datasets:
+            raise RuntimeError(f"no {split} split: it needs data=numbers with data.copy_names=true")
+        return self.datasets[split]
+
+    def _loader(self, split: str, train: bool) -> DataLoader:
+        hp = self.hparams
+        overfit = train and self.trainer is not None and bool(self.trainer.overfit_batches)
+        batches = BatchDataset(self._require(split), hp.batch_size, shuffle=train, sort_by_length=hp.sort_by_length,
+                               pool=hp.bucket_pool, seed=hp.seed, frozen=overfit)  # fmt: skip
+        if train and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            sampler = DistributedSampler(batches, shuffle=False)  # whole batches per rank; the plan shuffles
+        else:
+            sampler = _EpochSampler(batches)
+        return _EpochDataLoader(
+            batches, batch_size=None, sampler=sampler, collate_fn=_no_collate, num_workers=hp.num_workers,
+            pin_memory=hp.pin_memory, persistent_workers=hp.num_workers > 0,
+        )  # fmt: skip
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", train=False)
+
+    def copy_test_dataloader(self) -> DataLoader:
+        """Pairs embedding held-out names (claim E15); needs ``copy_names=True``."""
+        return self._loader("copy_test", train=False)
+
+    # -- helpers for models, metrics and callbacks -----------------------------------------
+    def example_pair(self) -> dict:
+        """A fixed val pair as a batch of one (for attention maps): the first one of median source length."""
+        ds = self._require("val")
+        median = int(np.sort(ds.src_lens)[len(ds) // 2])
+        i = int(np.flatnonzero(ds.src_lens == median)[0])
+        return collate([ds[i]])
+
+    def encode_source(self, texts: str | Sequence[str]) -> dict:
+        """``{"src", "src_mask"}`` for raw source sentences (e.g. to translate a user's input)."""
+        tok = self._tok()
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        eos = [tok.eos_id] if self.hparams.src_eos else []
+        items = [{"src": torch.tensor(ids + eos, dtype=torch.long), "tgt": torch.zeros(0, dtype=torch.long),
+                  "src_text": t, "tgt_text": "", "bucket": 0}
+                 for t, ids in zip(texts, tok.encode_batch(texts))]  # fmt: skip
+        batch = collate(items)
+        return {"src": batch["src"], "src_mask": batch["src_mask"]}
+
+    def decode_target(self, ids) -> str | list[str]:
+        """Text of generated ids: cut at the first <eos>, special tokens (<bos>, <pad>) removed.
+
+        ``ids``: a 1-D sequence (list, tensor, array) -> str, or 2-D [B, T] -> list of B strings.
+        """
+        tok = self._tok()
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        ids = list(ids)
+        if ids and isinstance(ids[0], (list, tuple)):
+            return [self.decode_target(row) for row in ids]
+        ids = [int(i) for i in ids]
+        if tok.eos_id in ids:
+            ids = ids[: ids.index(tok.eos_id)]
+        return tok.decode(ids, skip_special=True)
+
+    def decode_source(self, ids) -> str:
+        """Text of source ids (specials and padding removed)."""
+        return self.decode_target(ids)
+
+    def _tok(self) -> BPETokenizer:
+        if self.tokenizer is None:
+            raise RuntimeError("TranslationDataModule: call setup() first")
+        return self.tokenizer
