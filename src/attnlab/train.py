@@ -20,6 +20,8 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from . import ddp, resume
+from .callbacks.nonfinite import NonFiniteLossError
+from .callbacks.preemption import preemption_signal
 from .paths import CONF_DIR
 from .utils.hardware import slow_bf16_warning
 from .utils.sweep import one_line, write_job_status
@@ -82,6 +84,10 @@ def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, model, datamodule, metric
     if cfg.get("train"):
         trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+        if signame := preemption_signal(trainer):
+            # The machine is going away: no test, and a sweep stops here too (resume=auto continues this job).
+            log.warning(f"preempted by {signame}: not testing; continue with resume=auto (or ckpt_path=...)")
+            raise SystemExit(0)
     if cfg.get("test"):
         # After training: the best checkpoint (the last weights if none was kept). Test only: ckpt_path.
         best = getattr(trainer.checkpoint_callback, "best_model_path", "") if cfg.get("train") else ""
@@ -113,6 +119,12 @@ def _main(cfg: DictConfig) -> float | None:
             return float("nan")
         log.error(str(e))
         sys.exit(2)
+    except NonFiniteLossError as e:  # diverged: one line; last.ckpt is still the last good step
+        log.error(str(e))
+        if in_sweep:
+            write_job_status(job_dir, hc.overrides.task, error=e)
+            return float("nan")
+        sys.exit(1)
     except Exception as e:
         if not in_sweep:
             raise

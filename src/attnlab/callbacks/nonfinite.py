@@ -1,0 +1,183 @@
+"""Stop (or skip the batch) when the training loss or the gradient norm is not finite.
+
+:class:`NonFiniteGuard` checks, before each optimizer step, the loss that was backpropagated (every micro-batch
+under gradient accumulation) and the total gradient norm of the optimizer's parameters.
+
+``max_skips=0`` (default)
+    The first non-finite step raises :class:`NonFiniteLossError` from ``on_before_optimizer_step``, i.e. *before*
+    the optimizer updates anything, with a one-line message naming the step and which logged terms are not finite::
+
+        non-finite loss at step 41 (epoch 0, batch 41): loss=nan; non-finite logged terms: train/loss=nan,
+        train/ppl=nan; grad norm=nan; the optimizer step was not applied (1 non-finite step, max_skips=0);
+        the last good state is step 41
+
+    (one line in reality; "non-finite gradient norm at ..." when the loss itself is finite). "Step" is ``trainer.global_step``: optimizer steps finished before this one, so a
+    checkpoint of the last good state has ``global_step`` equal to it. The exception ends ``fit`` through
+    Lightning's exception path: ``ModelCheckpoint`` saves nothing after the bad step (its ``save_last`` runs at
+    batch/epoch/validation end, none of which is reached), so ``last.ckpt`` on disk stays the last good one. (Only a
+    ``ModelCheckpoint(save_on_exception=True)`` writes on exceptions — and it would save the parameters of the last
+    good step too, since nothing was updated.)
+
+``max_skips=N > 0``
+    Up to N non-finite steps are skipped, the (N+1)-th raises. Skipping sets every gradient of the optimizer's
+    parameters to ``None``: torch optimizers (AdamW, Adam, SGD, ... foreach and fused alike) leave parameters
+    without a gradient untouched — no momentum update, no weight decay, no step count — so the step is a true no-op
+    (zeroing the gradients would not be: AdamW would still move the weights by momentum and decay). Gradient
+    clipping then sees no gradients and does nothing. Lightning still counts the step (``global_step`` advances) and
+    steps the LR schedule, as it does for steps a ``GradScaler`` skips. The count is logged as
+    ``train/skipped_batches`` and saved in checkpoints (callback state), so ``max_skips`` is a budget for the
+    whole run, resumes included.
+
+Loss terms: the message lists the scalars the ``training_step`` logged for this step (``self.log(...)``, e.g.
+``train/loss``, ``moe/loss``, ``moe/z_loss``) that are not finite. They are read from Lightning's result
+collection for the current step (an internal structure; if it is unavailable only the total loss is named).
+
+Cost: one device->host synchronization per checked step (the ``.item()`` of one boolean, computed on the device
+from the losses and ``torch.nn.utils.get_total_norm`` over the gradients — one extra read of the gradients). On CPU
+that is negligible (microseconds, nothing to wait for); on a GPU it makes the host wait for the step's kernels,
+typically a few percent of step time for small models: raise ``every_n_steps`` there. A step that is not checked
+is applied even if it is non-finite (the next checked step then catches the damage, but cannot undo it).
+Under DDP/FSDP the decision is all-reduced (one tiny collective per checked step) so that every rank skips or
+stops together. Under fp16 mixed precision (``GradScaler``) overflowing gradients are routine and the scaler
+already skips those steps: only the loss is checked there.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor
+
+__all__ = ["NonFiniteGuard", "NonFiniteLossError"]
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss or gradient norm was not finite (more often than ``max_skips`` allows)."""
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}" if math.isfinite(x) else str(x)
+
+
+class NonFiniteGuard(L.Callback):
+    """Raise :class:`NonFiniteLossError` on a non-finite loss / gradient norm, or skip up to ``max_skips`` steps.
+
+    Args:
+        max_skips: non-finite optimizer steps to skip (parameters and optimizer state untouched) before raising.
+        every_n_steps: check every N optimizer steps (each check costs one device->host sync; see module doc).
+        check_grad_norm: also check the total gradient norm (not only the loss).
+    """
+
+    def __init__(self, max_skips: int = 0, every_n_steps: int = 1, check_grad_norm: bool = True):
+        super().__init__()
+        if max_skips < 0:
+            raise ValueError(f"max_skips must be >= 0, got {max_skips}")
+        if every_n_steps < 1:
+            raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
+        self.max_skips = max_skips
+        self.every_n_steps = every_n_steps
+        self.check_grad_norm = check_grad_norm
+        self.skipped = 0
+        self._losses: list[Tensor] = []
+        self._seen: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ state (the skip budget spans resumes)
+    def state_dict(self) -> dict[str, Any]:
+        return {"skipped": self.skipped}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.skipped = int(state_dict.get("skipped", 0))
+
+    # ------------------------------------------------------------------ hooks
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._losses = []
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        if not self._losses:  # first micro-batch of an optimizer step: remember the logged values of the last one
+            self._seen = {k: getattr(m, "_forward_cache", None) for k, m in _results(trainer).items()}
+
+    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: Tensor) -> None:
+        self._losses.append(loss.detach())  # no sync: checked together with the gradients before the step
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        losses, self._losses = self._losses, []
+        step = trainer.global_step
+        if step % self.every_n_steps:
+            return
+        scaler = getattr(trainer.precision_plugin, "scaler", None)
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        loss_ok = torch.stack([torch.isfinite(x).all() for x in losses]).all() if losses else None
+        grad_norm = None
+        if self.check_grad_norm and scaler is None and grads:
+            grad_norm = torch.nn.utils.get_total_norm(grads, foreach=None)
+        ok = loss_ok
+        if grad_norm is not None:
+            finite_norm = torch.isfinite(grad_norm).to(device=ok.device if ok is not None else grad_norm.device)
+            ok = finite_norm if ok is None else ok & finite_norm
+        bad = ok is not None and not bool(ok)  # the one device->host sync of a checked step
+        if trainer.world_size > 1:
+            bad = trainer.strategy.reduce_boolean_decision(bad, all=False)
+        if bad:
+            self._handle_bad_step(trainer, optimizer, losses, grad_norm)
+        if self.max_skips:
+            pl_module.log("train/skipped_batches", float(self.skipped), on_step=True, on_epoch=False)
+
+    # ------------------------------------------------------------------ work
+    def _handle_bad_step(self, trainer: L.Trainer, optimizer: torch.optim.Optimizer, losses: list[Tensor],
+                         grad_norm: Tensor | None) -> None:
+        self.skipped += 1
+        loop = trainer.fit_loop.epoch_loop
+        loss = float(sum(x.float().sum() for x in losses)) if losses else None
+        kind = "gradient norm" if loss is not None and math.isfinite(loss) else "loss"
+        what = [f"loss={_fmt(loss)}" if loss is not None else "loss=<none>"]
+        terms = self._nonfinite_logged_terms(trainer)
+        if terms:
+            what.append("non-finite logged terms: " + ", ".join(f"{k}={_fmt(v)}" for k, v in terms.items()))
+        if grad_norm is not None:
+            what.append(f"grad norm={_fmt(float(grad_norm))}")
+        where = f"step {trainer.global_step} (epoch {trainer.current_epoch}, batch {loop.batch_idx})"
+        if self.skipped > self.max_skips:
+            msg = (f"non-finite {kind} at {where}: {'; '.join(what)}; the optimizer step was not applied "
+                   f"({self.skipped} non-finite step{'s' if self.skipped > 1 else ''}, max_skips={self.max_skips});"
+                   f" the last good state is step {trainer.global_step}")
+            log.error(msg)
+            raise NonFiniteLossError(msg)
+        for group in optimizer.param_groups:  # no gradient: the optimizer leaves the parameter (and its state) alone
+            for p in group["params"]:
+                p.grad = None
+        log.warning(f"non-finite {kind} at {where}: {'; '.join(what)}; batch skipped "
+                    f"({self.skipped}/{self.max_skips} skips used)")
+
+    def _nonfinite_logged_terms(self, trainer: L.Trainer) -> dict[str, float]:
+        """Scalars logged by this step's ``training_step`` that are not finite (best effort, Lightning internals)."""
+        out: dict[str, float] = {}
+        try:
+            for key, metric in _results(trainer).items():
+                meta = getattr(metric, "meta", None)
+                value = getattr(metric, "_forward_cache", None)  # the value logged on this step (on_step metrics)
+                if meta is None or meta.fx != "training_step" or not isinstance(value, Tensor):
+                    continue
+                if value is self._seen.get(key):
+                    continue  # not logged on this step: a stale value from an earlier one
+                if value.numel() == 1 and not bool(torch.isfinite(value)):
+                    out[meta.name] = float(value)
+        except Exception:  # noqa: BLE001 - diagnostics only
+            return {}
+        return out
+
+
+def _results(trainer: L.Trainer) -> dict:
+    """Lightning's result collection of the running training epoch (``{}`` if it has none)."""
+    try:
+        results = trainer.fit_loop.epoch_loop._results
+    except Exception:  # noqa: BLE001
+        return {}
+    return results if isinstance(results, dict) else {}
