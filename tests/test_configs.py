@@ -19,6 +19,9 @@ from attnlab.utils.config import ConfigError, check_block_groups
 GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in ("local", "hydra"))
 
 
+IMAGE_DATA = ("data=digits", "data=cifar10")
+
+
 def options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
@@ -28,6 +31,8 @@ def options(group: str) -> list[str]:
 )
 def test_every_option_composes_and_resolves(override, tmp_path):
     extra = ["data.path=/tmp/x.txt"] if override == "data=text_file" else []
+    if override in IMAGE_DATA:  # image data sets: the model that reads data.image_size, not the default LM
+        extra.append("model=vit")
     cfg = compose_train([override, *extra], tmp_path)
     OmegaConf.resolve(cfg)  # every interpolation resolves
     assert cfg.model._target_ and cfg.trainer._target_

@@ -26,6 +26,12 @@ The module provides two methods:
     Runs the model's forward pass on the sample (the result is ignored). Optional: without it the callback
     calls ``pl_module(**batch_kwargs)``.
 
+``render_attention(self, maps: dict[str, Tensor], out_dir: Path) -> list[tuple[str, Path]]``
+    Optional: draws the maps itself instead of the token heatmaps (images: attention over the picture, rollout).
+    It receives every captured map (module name -> weights (B, H, Tq, Tk), batch of the sample; ``max_layers``,
+    ``max_heads`` and ``max_tokens`` are not applied) and the folder to write into, and returns ``(key, png path)``
+    pairs; the callback logs each PNG to W&B under ``attention/<key>`` and returns the paths.
+
 What the callback does
 ----------------------
 In ``on_validation_epoch_end``, on global rank zero only, never during the sanity check, and only every
@@ -173,11 +179,15 @@ class AttentionMapCallback(L.Callback):
             )
             return []
 
+        out_dir = self._out_dir(trainer)
+        wandb_loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+        custom = getattr(pl_module, "render_attention", None)
+        if callable(custom):
+            return self._log_custom(trainer, custom(dict(maps), out_dir), wandb_loggers)
+
         names = sorted(maps)
         if self.max_layers is not None:
             names = names[: self.max_layers]
-        out_dir = self._out_dir(trainer)
-        wandb_loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
         paths: list[Path] = []
         for name in names:
             w = maps[name][0, :, : self.max_tokens, : self.max_tokens]  # first sample: (H, Tq, Tk)
@@ -196,6 +206,22 @@ class AttentionMapCallback(L.Callback):
             for lg in wandb_loggers:
                 lg.log_image(
                     key=f"attention/{name}",
+                    images=[str(path)],
+                    step=trainer.global_step,
+                    caption=[f"epoch {trainer.current_epoch}, step {trainer.global_step}"],
+                )
+        return paths
+
+    @staticmethod
+    def _log_custom(trainer: L.Trainer, rendered, wandb_loggers: list) -> list[Path]:
+        """Log the ``(key, png path)`` pairs a module's ``render_attention`` returned; return the paths."""
+        paths: list[Path] = []
+        for key, path in rendered or []:
+            path = Path(path)
+            paths.append(path)
+            for lg in wandb_loggers:
+                lg.log_image(
+                    key=f"attention/{key}",
                     images=[str(path)],
                     step=trainer.global_step,
                     caption=[f"epoch {trainer.current_epoch}, step {trainer.global_step}"],

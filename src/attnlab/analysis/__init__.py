@@ -1,0 +1,1 @@
+"""Analyses of trained models (attention rollout, ...): pure functions on tensors, no training code."""

@@ -1,0 +1,58 @@
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.loggers import CSVLogger
+
+from attnlab.callbacks.attention_maps import AttentionMapCallback
+from attnlab.data.digits import DigitsDataModule
+from attnlab.modules.attention import capture_attention
+from attnlab.tasks.vit import ImageClassificationTask
+
+
+def net_cfg(**kw):
+    return {"_target_": "attnlab.models.vit.VisionTransformer", "image_size": 8, "patch_size": 2, "in_channels": 1,
+            "num_classes": 10, "d_model": 16, "n_layers": 2, "n_heads": 2, "dropout": 0.0, **kw}
+
+
+def test_attention_patch_defaults_to_the_centre_and_is_checked():
+    assert ImageClassificationTask(net_cfg()).attention_patch == 2 * 4 + 2  # 4×4 grid: patch (2, 2)
+    assert ImageClassificationTask(net_cfg(), attention_patch=5).attention_patch == 5
+    with pytest.raises(ValueError, match="attention_patch=16 outside the 16 patches"):
+        ImageClassificationTask(net_cfg(), attention_patch=16)
+
+
+def test_throughput_protocol_counts_patches():
+    task = ImageClassificationTask(net_cfg(pool="cls"))
+    assert task.tokens_in_batch({"image": torch.zeros(5, 1, 8, 8)}) == 5 * 17
+    assert task.flops_per_token() == task.net.flops_per_token() > 0
+
+
+def test_render_attention_draws_each_layer_and_the_rollout(tmp_path):
+    torch.manual_seed(0)
+    task = ImageClassificationTask(net_cfg(pool="cls", n_layers=3)).eval()
+    dm = DigitsDataModule()
+    dm.setup()
+    task._sample = dm.example_image()
+    with torch.no_grad(), capture_attention(task) as maps:
+        task.attention_forward(task._sample[0])
+    out = task.render_attention(dict(maps), tmp_path)
+    assert [k for k, _ in out] == ["net.blocks.0.self_attn", "net.blocks.1.self_attn", "net.blocks.2.self_attn",
+                                   "rollout"]
+    assert all(p.is_file() and p.stat().st_size > 1000 and p.parent == tmp_path for _, p in out)
+
+
+def test_callback_uses_render_attention(tmp_path):
+    """A real Trainer on digits: the callback calls the task's renderer (not the heatmaps)."""
+    torch.manual_seed(0)
+    dm = DigitsDataModule(batch_size=32)
+    task = ImageClassificationTask(net_cfg(), optimizer={"lr": 3e-3}, scheduler={"warmup_steps": 5})
+    callback = AttentionMapCallback(dirpath=tmp_path / "maps", max_layers=1)  # max_layers: not for custom renderers
+    trainer = L.Trainer(max_epochs=2, limit_train_batches=3, limit_val_batches=2, num_sanity_val_steps=0,
+                        accelerator="cpu", devices=1, enable_progress_bar=False, enable_model_summary=False,
+                        enable_checkpointing=False, logger=CSVLogger(tmp_path), default_root_dir=tmp_path,
+                        callbacks=[callback])
+    trainer.fit(task, datamodule=dm)
+    assert sorted(p.name for p in callback.last_paths) == ["net.blocks.0.self_attn.png", "net.blocks.1.self_attn.png",
+                                                           "rollout.png"]
+    assert sorted(p.name for p in (tmp_path / "confusion_matrix").glob("*.png")) == ["epoch000.png", "epoch001.png"]
+    assert 0 <= trainer.callback_metrics["val/acc"] <= 1
