@@ -186,7 +186,7 @@ def test_bad_arguments_raise_one_line_errors(tmp_path):
         dm.prepare_data()
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"ok\n\xff\xfe")
-    with pytest.raises(ValueError, match=r"not valid UTF-8: .*bad\.txt .*byte offset 3, line 2"):
+    with pytest.raises(ValueError, match=r"not valid UTF-8: .*bad\.txt:2 .*byte offset 3, line 2"):
         LMDataModule(source="text_file", path=str(bad), cache_dir=str(tmp_path)).prepare_data()
     empty = tmp_path / "empty.txt"
     empty.write_text("\n \n")

@@ -90,7 +90,7 @@ def test_non_utf8_names_file_line_and_byte_offset(tmp_path):
     p = write(tmp_path, b"Hi.\tSalut.\nCoffee.\tCaf\xe9.\n")
     with pytest.raises(ValueError) as e:
         read_parallel_tsv(p)
-    assert one_line(e) == f"parallel corpus is not valid UTF-8: {p}:2 (byte 0xe9 at byte offset 22)"
+    assert one_line(e) == f"parallel corpus is not valid UTF-8: {p}:2 (byte 0xe9 at byte offset 22, line 2)"
 
 
 @pytest.mark.parametrize("content", [b"", b"\n\n  \n", b"#separator:tab\n"])

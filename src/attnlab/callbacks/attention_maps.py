@@ -203,13 +203,7 @@ class AttentionMapCallback(L.Callback):
             path = save_figure(fig, out_dir / f"{safe}.png")
             del fig
             paths.append(path)
-            for lg in wandb_loggers:
-                lg.log_image(
-                    key=f"attention/{name}",
-                    images=[str(path)],
-                    step=trainer.global_step,
-                    caption=[f"epoch {trainer.current_epoch}, step {trainer.global_step}"],
-                )
+            _log_image(trainer, wandb_loggers, f"attention/{name}", path)
         return paths
 
     @staticmethod
@@ -219,11 +213,11 @@ class AttentionMapCallback(L.Callback):
         for key, path in rendered or []:
             path = Path(path)
             paths.append(path)
-            for lg in wandb_loggers:
-                lg.log_image(
-                    key=f"attention/{key}",
-                    images=[str(path)],
-                    step=trainer.global_step,
-                    caption=[f"epoch {trainer.current_epoch}, step {trainer.global_step}"],
-                )
+            _log_image(trainer, wandb_loggers, f"attention/{key}", path)
         return paths
+
+
+def _log_image(trainer: L.Trainer, wandb_loggers: list, key: str, path: Path) -> None:
+    for lg in wandb_loggers:
+        lg.log_image(key=key, images=[str(path)], step=trainer.global_step,
+                     caption=[f"epoch {trainer.current_epoch}, step {trainer.global_step}"])

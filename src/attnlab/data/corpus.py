@@ -39,27 +39,31 @@ def pydoc_text(include_stdlib_docstrings: bool = False) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def read_text_file(path: str | Path) -> str:
-    """Read a UTF-8 text file (a leading BOM is dropped), failing with one clear line.
+def decode_utf8_file(path: str | Path, what: str) -> tuple[Path, str]:
+    """(absolute path, text) of a UTF-8 file (a leading BOM dropped); one-line errors that name ``what`` and the file.
 
-    Raises FileNotFoundError if missing, ValueError if not UTF-8 (naming the byte offset
-    and line of the first bad byte) or if empty/whitespace-only. Line endings are kept
-    as they are in the file.
+    FileNotFoundError if missing; ValueError if not UTF-8, naming the line and byte offset of the first bad byte.
     """
     p = Path(path).expanduser().absolute()
     if not p.is_file():
-        raise FileNotFoundError(f"text file not found: {p}")
+        raise FileNotFoundError(f"{what} not found: {p}")
     data = p.read_bytes()
     try:
-        text = data.decode("utf-8-sig")
+        return p, data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        # e.start counts bytes after a stripped BOM, if any.
-        offset = e.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)
+        offset = e.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)  # e.start counts after a stripped BOM
         line = data.count(b"\n", 0, offset) + 1
         raise ValueError(
-            f"text file is not valid UTF-8: {p} (byte 0x{data[offset]:02x} at byte offset "
-            f"{offset}, line {line})"
+            f"{what} is not valid UTF-8: {p}:{line} (byte 0x{data[offset]:02x} at byte offset {offset}, line {line})"
         ) from None
+
+
+def read_text_file(path: str | Path) -> str:
+    """Read a UTF-8 text file, failing with one clear line (see :func:`decode_utf8_file`); empty files too.
+
+    Line endings are kept as they are in the file.
+    """
+    p, text = decode_utf8_file(path, "text file")
     if not text.strip():
         raise ValueError(f"text file is empty: {p}")
     return text

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .corpus import decode_utf8_file
+
 log = logging.getLogger(__name__)
 
 DEFAULT_BUCKET_EDGES: tuple[int, ...] = (3, 6, 9)  # buckets 1-3, 4-6, 7-9, 10+ source words
@@ -96,18 +98,7 @@ def read_parallel_tsv(path: str | os.PathLike, edges: Sequence[int] = DEFAULT_BU
     Raises FileNotFoundError (missing file) or ValueError, always with one line that names the file (absolute) and,
     for a bad line, its number: ``/abs/corpus.tsv:12: no tab between source and target: 'Hello.'``.
     """
-    p = Path(path).expanduser().absolute()
-    if not p.is_file():
-        raise FileNotFoundError(f"parallel corpus not found: {p}")
-    data = p.read_bytes()
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        offset = e.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)  # e.start counts after a stripped BOM
-        line = data.count(b"\n", 0, offset) + 1
-        raise ValueError(
-            f"parallel corpus is not valid UTF-8: {p}:{line} (byte 0x{data[offset]:02x} at byte offset {offset})"
-        ) from None
+    p, text = decode_utf8_file(path, "parallel corpus")
     pairs: list[Pair] = []
     blank: list[int] = []  # line numbers of blank lines seen since the last pair
     skipped_blank, first_blank = 0, 0
