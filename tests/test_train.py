@@ -155,3 +155,14 @@ def _params_at_init(tmp_path: Path, cache_dir: str) -> dict[str, torch.Tensor]:
     cfg = compose_train(["debug=fast", "model.net.dropout=0.0"], tmp_path / "init", cache_dir)
     L.seed_everything(cfg.seed)
     return {f"net.{k}": v for k, v in build_model(cfg.model).net.state_dict().items()}
+
+
+def test_same_seed_same_config_same_metrics(tmp_path, cache_dir):
+    common = FAST + ["callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false",
+                     "callbacks.throughput=null", "callbacks.attention_maps=null"]
+    first = run(compose_train(common, tmp_path / "a", cache_dir))
+    second = run(compose_train(common, tmp_path / "b", cache_dir))
+    for key in ("train/loss", "val/loss", "test/loss"):
+        assert first[key] == second[key], key
+    other = run(compose_train(common + ["seed=7"], tmp_path / "c", cache_dir))
+    assert other["val/loss"] != first["val/loss"]  # the seed matters, so the equality above means something
