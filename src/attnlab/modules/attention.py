@@ -200,14 +200,23 @@ class AttentionMaps(dict):
     """name of attention module -> weights (B, H, Tq, Tk), detached, filled by :func:`capture_attention`."""
 
 
+def is_attention_module(m: nn.Module) -> bool:
+    """A module whose weights :func:`capture_attention` can collect."""
+    return isinstance(m, MultiHeadAttention) or (hasattr(m, "return_weights") and hasattr(m, "weights"))
+
+
 @contextmanager
 def capture_attention(model: nn.Module) -> Iterator[AttentionMaps]:
     """Turn on weights for every attention module of ``model`` for the forward passes inside the block.
 
     Only the attention-map callback and analysis code use this; training steps never do, so they keep the fused
     path. The yielded dict is filled when the block exits, keyed by module name (e.g. ``blocks.0.self_attn``).
+
+    Besides :class:`MultiHeadAttention`, any module with the same two attributes takes part (duck typing):
+    ``return_weights`` (bool, set True here) and ``weights`` (set to None here; the module stores its last
+    weights there as (B, H, Tq, Tk), e.g. an RNN's additive attention concatenating its per-step rows).
     """
-    modules = {n: m for n, m in model.named_modules() if isinstance(m, MultiHeadAttention)}
+    modules = {n: m for n, m in model.named_modules() if is_attention_module(m)}
     previous = {n: m.return_weights for n, m in modules.items()}
     maps = AttentionMaps()
     for m in modules.values():
