@@ -84,3 +84,14 @@ def test_wrong_family_and_missing_checkpoints_get_one_line(trained, cache_dir, t
     missing = cli("translate.py", f"ckpt={tmp_path / 'none.ckpt'}", f"hydra.run.dir={tmp_path}", stdin="one\n",
                   cache_dir=cache_dir)
     _one_line_error(missing, "checkpoint not found")
+
+
+@pytest.mark.parametrize("variant", [["model=transformer_nat"], ["model.net.copy=true"]], ids=["nat", "copy"])
+def test_nat_and_copy_variants_train_and_test(variant, tmp_path, cache_dir):
+    cfg = compose_train(["debug=fast", *TINY_DATA, *QUIET, "callbacks.attention_maps=null", *variant], tmp_path,
+                        cache_dir)
+    metrics = run(cfg)
+    for key in ("val/loss", "val/bleu", "test/bleu", "test/exact_match", "test/sentences_per_sec"):
+        assert key in metrics and torch.isfinite(torch.tensor(metrics[key])), key
+    if variant == ["model=transformer_nat"]:
+        assert "train/length_loss" in metrics and cfg.model.decoding.test.beam_size == 3

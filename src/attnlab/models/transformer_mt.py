@@ -8,6 +8,16 @@ vocabulary (the data module trains one BPE on both sides), so one embedding tabl
 and, with ``tie_embeddings``, the output projection (Press & Wolf 2017). The blocks' norm, feed-forward and MoE
 come from the ``norm``/``ffn``/``moe`` config groups, positions from ``pos``.
 
+Copy mechanism (``copy=True``, C24; See et al. 2017's pointer-generator): a gate p_gen = σ(w·[h_t; x_t]) from
+the decoder's final state h_t and its input embedding x_t mixes the vocabulary softmax with the last decoder
+layer's cross-attention (mean over heads) scattered onto the source token ids:
+
+    p(y) = p_gen · softmax(logits)(y) + (1 − p_gen) · Σ_{j: src_j = y} a_tj
+
+and the net returns log p (normalized log-probs; the task's cross-entropy and beam search take them as they are).
+The joint byte-level BPE has no out-of-vocabulary source token (an unseen name is split into known pieces), so the
+extended vocabulary of See et al. is not needed: copying a name is pointing at its pieces.
+
 Decoding goes through :meth:`stepper`: the source is encoded once, each decoder layer keeps a self-attention KV
 cache and its cross-attention keys/values (computed on the first step), and beam search reorders both.
 """
@@ -43,6 +53,7 @@ class TransformerMT(nn.Module):
         pos: PosSpec | dict | None = None,
         n_encoder_layers: int | None = None,
         n_decoder_layers: int | None = None,
+        copy: bool = False,
     ):
         """``n_layers`` sets both stacks' depth; ``n_encoder_layers`` / ``n_decoder_layers`` override either."""
         super().__init__()
@@ -67,6 +78,10 @@ class TransformerMT(nn.Module):
         self.out_proj = nn.Linear(d_model, vocab_size, bias=False)
         if tie_embeddings:
             self.out_proj.weight = self.embed.weight
+        self.copy = copy
+        if copy:  # the pointer reads the last layer's cross-attention weights: that layer takes the explicit path
+            self.copy_gate = nn.Linear(2 * d_model, 1)
+            self.decoder[-1].cross_attn.return_weights = True
         self.apply(self._init_weights)
         depth = n_encoder_layers + n_decoder_layers
         for name, p in self.named_parameters():  # residual-stream writers scaled down, as in GPT-2
@@ -96,19 +111,30 @@ class TransformerMT(nn.Module):
         return self.encoder_norm(x)
 
     def decode(self, tgt_in: Tensor, memory: Tensor | None, src_mask: Tensor,
-               caches: list[DecoderCache] | None = None) -> Tensor:
-        """tgt_in (B, T) -> logits (B, T, V). With caches, tgt_in holds only the new tokens (memory may be None
-        once the cross-attention caches are filled). Right padding of tgt_in needs no mask: causal attention
-        never lets a real position see the padding after it."""
+               caches: list[DecoderCache] | None = None, src: Tensor | None = None) -> Tensor:
+        """tgt_in (B, T) -> logits (B, T, V), or log-probs with ``copy`` (then ``src`` (B, S) is needed).
+
+        With caches, tgt_in holds only the new tokens (memory may be None once the cross-attention caches are
+        filled). Right padding of tgt_in needs no mask: causal attention never lets a real position see the
+        padding after it."""
         offset = caches[0].self_attn.length if caches else 0
-        x = self._embed(tgt_in, self.tgt_positions, offset)
+        x = emb = self._embed(tgt_in, self.tgt_positions, offset)
         for i, block in enumerate(self.decoder):
             x = block(x, memory, memory_padding_mask=src_mask, is_causal=True, cache=caches[i] if caches else None)
-        return self.out_proj(self.decoder_norm(x))
+        h = self.decoder_norm(x)
+        logits = self.out_proj(h)
+        if not self.copy:
+            return logits
+        attn = self.decoder[-1].cross_attn.weights.mean(dim=1)  # (B, T, S), rows sum to 1 over real sources
+        p_gen = torch.sigmoid(self.copy_gate(torch.cat([h, emb], dim=-1))).float()  # (B, T, 1)
+        p = p_gen * logits.float().softmax(dim=-1)
+        index = src[:, None, :].expand(-1, tgt_in.shape[1], -1)  # (B, T, S) the vocabulary id of each source
+        p = p.scatter_add(-1, index, (1 - p_gen) * attn.float())
+        return p.clamp_min(1e-9).log()
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher forcing: logits (B, T, V) of every next target token."""
-        return self.decode(tgt_in, self.encode(src, src_mask), src_mask)
+        """Teacher forcing: scores (B, T, V) of every next target token (logits; log-probs with ``copy``)."""
+        return self.decode(tgt_in, self.encode(src, src_mask), src_mask, src=src)
 
     def new_caches(self, batch: int, src_len: int, max_len: int | None = None, *, dtype=None,
                    device=None) -> list[DecoderCache]:
@@ -134,7 +160,7 @@ class TransformerMTStepper:
 
     def __init__(self, model: TransformerMT, src: Tensor, src_mask: Tensor, use_cache: bool = True):
         self.model, self.use_cache = model, use_cache
-        self.src_mask = src_mask
+        self.src, self.src_mask = src, src_mask
         self.memory = model.encode(src, src_mask)  # (B, S, D)
         self.tokens: Tensor | None = None
         self.caches: list[DecoderCache] | None = None
@@ -143,20 +169,21 @@ class TransformerMTStepper:
         """prefix (B, t), starting with <bos> -> logits (B, V) of the next token."""
         self.tokens = prefix
         if not self.use_cache:
-            return self.model.decode(prefix, self.memory, self.src_mask)[:, -1]
+            return self.model.decode(prefix, self.memory, self.src_mask, src=self.src)[:, -1]
         dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
         self.caches = self.model.new_caches(prefix.shape[0], self.memory.shape[1], dtype=dtype)
-        return self.model.decode(prefix, self.memory, self.src_mask, self.caches)[:, -1]
+        return self.model.decode(prefix, self.memory, self.src_mask, self.caches, src=self.src)[:, -1]
 
     def step(self, token: Tensor) -> Tensor:
         self.tokens = torch.cat([self.tokens, token[:, None]], dim=1)
         if not self.use_cache:
-            return self.model.decode(self.tokens, self.memory, self.src_mask)[:, -1]
-        return self.model.decode(token[:, None], None, self.src_mask, self.caches)[:, -1]
+            return self.model.decode(self.tokens, self.memory, self.src_mask, src=self.src)[:, -1]
+        return self.model.decode(token[:, None], None, self.src_mask, self.caches, src=self.src)[:, -1]
 
     def reorder(self, index: Tensor) -> None:
         self.tokens = self.tokens.index_select(0, index)
         self.memory = self.memory.index_select(0, index)
+        self.src = self.src.index_select(0, index)
         self.src_mask = self.src_mask.index_select(0, index)
         for c in self.caches or []:
             c.reorder(index)

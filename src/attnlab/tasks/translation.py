@@ -23,6 +23,7 @@ attention-map callback draws encoder, decoder and cross-attention maps of one fi
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -81,6 +82,7 @@ class TranslationTask(Task):
         self.bucket_names: list[str] = []
         self.src_eos = True
         self.last_table: list[tuple[str, str, str]] = []
+        self._decode_time, self._decoded = {"val": 0.0, "test": 0.0}, {"val": 0, "test": 0}
 
     # --- setup: the data decides tokenizer and buckets ----------------------------------------------------------
     def setup(self, stage: str) -> None:
@@ -163,7 +165,10 @@ class TranslationTask(Task):
         self.add_moe_losses(scores.new_zeros(()), stage)
         if stage == "val" and self.decode_val_batches is not None and batch_idx >= self.decode_val_batches:
             return
+        start = time.perf_counter()
         hyps, logprob = self.translate_texts(batch["src"], batch["src_mask"], **self.decoding[stage])
+        self._decode_time[stage] += time.perf_counter() - start
+        self._decoded[stage] += len(hyps)
         metrics = self.val_metrics if stage == "val" else self.test_metrics
         metrics.update(hyps, batch["tgt_text"], batch["bucket"])
         self.log(f"{stage}/logprob", logprob.mean(), on_epoch=True, batch_size=len(hyps))
@@ -182,6 +187,9 @@ class TranslationTask(Task):
             if not torch.isnan(v):  # a bucket without sentences has no accuracy
                 self.log(f"{stage}/{k}", v, prog_bar=k in ("bleu", "exact_match"), sync_dist=True)
         metrics.reset()
+        if self._decode_time[stage] > 0:  # decoding speed of this rank (claim E13: autoregressive vs NAT)
+            self.log(f"{stage}/sentences_per_sec", self._decoded[stage] / self._decode_time[stage])
+        self._decode_time[stage], self._decoded[stage] = 0.0, 0
 
     def on_validation_epoch_end(self) -> None:
         self._log_metrics("val")
