@@ -86,7 +86,10 @@ def test_wrong_family_and_missing_checkpoints_get_one_line(trained, cache_dir, t
     _one_line_error(missing, "checkpoint not found")
 
 
-@pytest.mark.parametrize("variant", [["model=transformer_nat"], ["model.net.copy=true"]], ids=["nat", "copy"])
+COPY = ["model.net.copy=true", "data.copy_names=true", "data.copy_test_size=16"]
+
+
+@pytest.mark.parametrize("variant", [["model=transformer_nat"], COPY], ids=["nat", "copy"])
 def test_nat_and_copy_variants_train_and_test(variant, tmp_path, cache_dir):
     cfg = compose_train(["debug=fast", *TINY_DATA, *QUIET, "callbacks.attention_maps=null", *variant], tmp_path,
                         cache_dir)
@@ -95,3 +98,6 @@ def test_nat_and_copy_variants_train_and_test(variant, tmp_path, cache_dir):
         assert key in metrics and torch.isfinite(torch.tensor(metrics[key])), key
     if variant == ["model=transformer_nat"]:
         assert "train/length_loss" in metrics and cfg.model.decoding.test.beam_size == 3
+    else:  # the copy test split (held-out names) is tested after the test split
+        assert {"copy_test/loss", "copy_test/exact_match", "copy_test/name_copied"} <= set(metrics)
+        assert 0 <= metrics["copy_test/name_copied"] <= 1

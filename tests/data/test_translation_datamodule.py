@@ -77,7 +77,9 @@ def test_tokenizer_roundtrip_on_every_text(dm):
 
 
 def test_batches_have_documented_layout(dm):
-    for loader in (dm.train_dataloader(), dm.val_dataloader(), dm.test_dataloader(), dm.copy_test_dataloader()):
+    test, copy_test = dm.test_dataloader()  # with copy_names, testing covers the copy split too
+    assert len(copy_test.dataset.dataset) == len(dm.copy_test_dataset)
+    for loader in (dm.train_dataloader(), dm.val_dataloader(), test, copy_test):
         batches = list(loader)
         assert sum(len(b["src"]) for b in batches) == len(loader.dataset.dataset)
         for batch in batches[:3] + batches[-1:]:

@@ -384,7 +384,10 @@ class TranslationDataModule(L.LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         return self._loader("val", train=False)
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self) -> DataLoader | list[DataLoader]:
+        """The test split; with ``copy_names`` also the copy_test split (``dataloader_idx`` 1 in ``test_step``)."""
+        if "copy_test" in self.datasets:
+            return [self._loader("test", train=False), self._loader("copy_test", train=False)]
         return self._loader("test", train=False)
 
     def copy_test_dataloader(self) -> DataLoader:

@@ -17,7 +17,9 @@ Validation / test: the plain loss (no smoothing), then the model *translates* th
 ``decoding.val`` / ``decoding.test``) and BLEU, chrF (sacrebleu's definitions, via torchmetrics), exact match
 and exact match per source-length bucket are computed on detokenized text. Each validation also writes a table
 of a few fixed sentences (source / reference / hypothesis) to W&B and to ``<run>/translations/``, and the
-attention-map callback draws encoder, decoder and cross-attention maps of one fixed pair.
+attention-map callback draws encoder, decoder and cross-attention maps of one fixed pair. With
+``data.copy_names=true`` testing also covers the copy_test split (names never seen in training, claim E15):
+``copy_test/*`` metrics and ``copy_test/name_copied``, the share of outputs that contain the source's name.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.loggers import WandbLogger
-from torch import Tensor
+from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
@@ -42,6 +44,7 @@ from .base import Task, to_container
 
 log = logging.getLogger(__name__)
 
+STAGES = ("val", "test", "copy_test")  # copy_test: held-out names (data.copy_names=true), tested after test
 DEFAULT_DECODING = {"beam_size": 1, "length_penalty": 1.0, "max_len_a": 2.0, "max_len_b": 10, "n_best": 1}
 
 
@@ -77,12 +80,13 @@ class TranslationTask(Task):
         self.decoding = {s: {**DEFAULT_DECODING, **(decoding.get(s) or {})} for s in ("val", "test")}
         self.decode_val_batches = decode_val_batches
         self.table_size = table_size
-        self.val_loss, self.test_loss = MeanMetric(), MeanMetric()
+        self.losses = nn.ModuleDict({s: MeanMetric() for s in STAGES})
+        self.name_copied = MeanMetric()  # copy_test: the held-out name appears in the translation
         self.tokenizer: BPETokenizer | None = None
         self.bucket_names: list[str] = []
         self.src_eos = True
         self.last_table: list[tuple[str, str, str]] = []
-        self._decode_time, self._decoded = {"val": 0.0, "test": 0.0}, {"val": 0, "test": 0}
+        self._decode_time, self._decoded = dict.fromkeys(STAGES, 0.0), dict.fromkeys(STAGES, 0)
 
     # --- setup: the data decides tokenizer and buckets ----------------------------------------------------------
     def setup(self, stage: str) -> None:
@@ -93,9 +97,9 @@ class TranslationTask(Task):
         if dm.vocab_size > self.net.vocab_size:
             raise ValueError(f"the tokenizer has {dm.vocab_size} tokens but the model only {self.net.vocab_size}: "
                              "raise data.vocab_size's cap or model.net.vocab_size")
-        if not hasattr(self, "val_metrics"):
-            self.val_metrics = TranslationMetrics(len(self.bucket_names)).to(self.device)
-            self.test_metrics = TranslationMetrics(len(self.bucket_names)).to(self.device)
+        if not hasattr(self, "metrics"):
+            self.metrics = nn.ModuleDict({s: TranslationMetrics(len(self.bucket_names)) for s in STAGES})
+            self.metrics.to(self.device)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         super().on_save_checkpoint(checkpoint)
@@ -159,29 +163,34 @@ class TranslationTask(Task):
     def _eval_step(self, batch: dict, batch_idx: int, stage: str) -> None:
         scores = self(batch["src"], batch["src_mask"], batch["tgt_in"])
         n_tokens = batch["tgt_mask"].sum()
-        loss_metric = self.val_loss if stage == "val" else self.test_loss
-        loss_metric.update(self._loss(scores, batch["tgt_out"], 0.0), weight=n_tokens)
-        self.log(f"{stage}/loss", loss_metric, on_epoch=True, prog_bar=True, batch_size=len(batch["src"]))
-        self.add_moe_losses(scores.new_zeros(()), stage)
+        self.losses[stage].update(self._loss(scores, batch["tgt_out"], 0.0), weight=n_tokens)
+        self.log(f"{stage}/loss", self.losses[stage], on_epoch=True, prog_bar=stage == "val",
+                 batch_size=len(batch["src"]), add_dataloader_idx=False)
+        if stage != "copy_test":
+            self.add_moe_losses(scores.new_zeros(()), stage)
         if stage == "val" and self.decode_val_batches is not None and batch_idx >= self.decode_val_batches:
             return
         start = time.perf_counter()
-        hyps, logprob = self.translate_texts(batch["src"], batch["src_mask"], **self.decoding[stage])
+        hyps, logprob = self.translate_texts(batch["src"], batch["src_mask"],
+                                             **self.decoding["val" if stage == "val" else "test"])
         self._decode_time[stage] += time.perf_counter() - start
         self._decoded[stage] += len(hyps)
-        metrics = self.val_metrics if stage == "val" else self.test_metrics
-        metrics.update(hyps, batch["tgt_text"], batch["bucket"])
-        self.log(f"{stage}/logprob", logprob.mean(), on_epoch=True, batch_size=len(hyps))
+        self.metrics[stage].update(hyps, batch["tgt_text"], batch["bucket"])
+        self.log(f"{stage}/logprob", logprob.mean(), on_epoch=True, batch_size=len(hyps), add_dataloader_idx=False)
+        if stage == "copy_test":  # claim E15: is the name (never seen in training) in the output?
+            names = [[w for w in s.split() if w[:1].isupper()] for s in batch["src_text"]]
+            self.name_copied.update(torch.tensor([all(n in h.split() for n in ns) for ns, h in zip(names, hyps)],
+                                                 dtype=torch.float))
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._eval_step(batch, batch_idx, "val")
 
-    def test_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, batch_idx, "test")
+    def test_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval_step(batch, batch_idx, "copy_test" if dataloader_idx == 1 else "test")
 
     def _log_metrics(self, stage: str) -> None:
-        metrics = self.val_metrics if stage == "val" else self.test_metrics
-        if metrics.exact.update_count == 0 and not self.trainer.world_size > 1:
+        metrics = self.metrics[stage]
+        if metrics.exact.update_count == 0:
             return
         for k, v in metrics.compute(self.bucket_names).items():
             if not torch.isnan(v):  # a bucket without sentences has no accuracy
@@ -198,6 +207,10 @@ class TranslationTask(Task):
 
     def on_test_epoch_end(self) -> None:
         self._log_metrics("test")
+        self._log_metrics("copy_test")
+        if self.name_copied.update_count:
+            self.log("copy_test/name_copied", self.name_copied.compute())
+            self.name_copied.reset()
 
     def _table_batch(self) -> dict:
         """A few validation pairs spread over the (length-sorted) split, the same ones every time."""
