@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from . import ddp, resume
 from .callbacks.nonfinite import NonFiniteLossError
 from .callbacks.preemption import preemption_signal
+from .utils.checkpoint_io import CheckpointWriteError
 from .paths import CONF_DIR
 from .utils.hardware import slow_bf16_warning
 from .utils.sweep import one_line, write_job_status
@@ -119,7 +120,7 @@ def _main(cfg: DictConfig) -> float | None:
             return float("nan")
         log.error(str(e))
         sys.exit(2)
-    except NonFiniteLossError as e:  # diverged: one line; last.ckpt is still the last good step
+    except (NonFiniteLossError, CheckpointWriteError) as e:  # diverged / disk full: one line; last.ckpt is kept
         log.error(str(e))
         if in_sweep:
             write_job_status(job_dir, hc.overrides.task, error=e)
