@@ -177,20 +177,56 @@ class _FrozenEpochSampler(_EpochSampler):
 class _EpochDataLoader(DataLoader):
     """Passes the sampler's epoch to the dataset each time an epoch's iteration begins.
 
-    Lightning only calls ``set_epoch`` on samplers, not datasets; this bridges the two.
+    Lightning only calls ``set_epoch`` on samplers, not datasets; this bridges the two. ``resume_at = (epoch, n)``
+    (see :class:`MidEpochResume`): the first iteration of that epoch skips its first ``n`` batches, the ones the
+    interrupted run already trained on, so a resumed run sees exactly the batches the uninterrupted run would.
     """
+
+    resume_at: tuple[int, int] | None = None
 
     def __iter__(self):
         epoch = getattr(self.sampler, "epoch", None)
         if epoch is not None and hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(epoch)
-        return super().__iter__()
+        it = super().__iter__()
+        if self.resume_at is not None and self.resume_at[0] == (epoch or 0):
+            n, self.resume_at = self.resume_at[1], None
+            for _ in range(n):  # batches are functions of (seed, epoch, index): skipping draws no randomness
+                next(it, None)
+        return it
+
+
+class MidEpochResume:
+    """Data-module mixin: checkpoints record how far into its epoch training was; resuming continues there.
+
+    Lightning saves ``state_dict()`` in every checkpoint and hands it back to ``load_state_dict()`` before it
+    builds the dataloaders; ``train_dataloader()`` then calls :meth:`_resumable` on its loader.
+    """
+
+    _resume_at: tuple[int, int] | None = None
+
+    def state_dict(self) -> dict:
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:
+            return {}
+        # batches whose optimizer step ran in this epoch (a checkpoint is written at a step boundary)
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        return {"epoch": trainer.current_epoch, "batches_done": int(done)}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "epoch" in state:
+            self._resume_at = (int(state["epoch"]), int(state["batches_done"]))
+
+    def _resumable(self, loader: DataLoader) -> DataLoader:
+        if self._resume_at is not None and isinstance(loader, _EpochDataLoader):
+            loader.resume_at, self._resume_at = self._resume_at, None
+        return loader
 
 
 # --------------------------------------------------------------------------------------
 # DataModule
 # --------------------------------------------------------------------------------------
-class LMDataModule(L.LightningDataModule):
+class LMDataModule(MidEpochResume, L.LightningDataModule):
     """Causal-LM data from CPython's pydoc text (offline default) or a UTF-8 text file.
 
     The tokenizer is trained with ``vocab_size`` entries at most; the model should use
@@ -308,7 +344,7 @@ class LMDataModule(L.LightningDataModule):
             # debug=overfit must see the same windows every epoch: freeze the offsets at epoch 0
             loader = _EpochDataLoader(loader.dataset, batch_size=loader.batch_size, sampler=_FrozenEpochSampler(
                 loader.dataset), drop_last=True, num_workers=loader.num_workers)
-        return loader
+        return self._resumable(loader)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self._require(self.val_dataset), train=False)

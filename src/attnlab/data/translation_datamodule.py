@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from attnlab.data.lm_datamodule import _EpochDataLoader, _EpochSampler
+from attnlab.data.lm_datamodule import MidEpochResume, _EpochDataLoader, _EpochSampler
 from attnlab.data.numbers import load_or_generate_numbers
 from attnlab.data.parallel import (
     DEFAULT_BUCKET_EDGES,
@@ -194,7 +194,7 @@ def _no_collate(batch):
 # --------------------------------------------------------------------------------------
 # DataModule
 # --------------------------------------------------------------------------------------
-class TranslationDataModule(L.LightningDataModule):
+class TranslationDataModule(MidEpochResume, L.LightningDataModule):
     """English number words -> French/German (``source="numbers"``), or a user's TSV (``source="tsv"``).
 
     ``vocab_size`` is the tokenizer's size cap (what the model config reads, like the LM data); the real size is
@@ -379,7 +379,7 @@ class TranslationDataModule(L.LightningDataModule):
         )  # fmt: skip
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", train=True)
+        return self._resumable(self._loader("train", train=True))
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val", train=False)

@@ -8,6 +8,7 @@ a checkpoint then rebuilds its own model (``Task.load_from_checkpoint(path)``) w
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
 import hydra
@@ -84,6 +85,21 @@ class Task(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         # Lets entry points (generate, evaluate) rebuild the right task from the file alone.
         checkpoint["task_class"] = f"{type(self).__module__}.{type(self).__qualname__}"
+        # Random state at this step boundary (dropout masks, sampling), so that a resumed run draws what the
+        # uninterrupted run drew. Plain tensors and tuples: the file still loads with weights_only=True.
+        checkpoint["rng_states"] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self._pending_rng = checkpoint.get("rng_states")
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # Restored here, not at load time: building the resumed epoch's dataloader iterator draws a seed from the
+        # global generator, which the uninterrupted run did at its epoch start, before this step boundary.
+        rng = getattr(self, "_pending_rng", None)
+        if rng:
+            torch.set_rng_state(rng["torch"])
+            random.setstate(rng["python"])
+            self._pending_rng = None
 
     def configure_optimizers(self):
         cfg = dict(self.optimizer_cfg)

@@ -108,6 +108,7 @@ class TranslationTask(Task):
             checkpoint["translation"] = {"src_eos": self.src_eos, "bucket_names": self.bucket_names}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
         if "tokenizer" in checkpoint:
             self.tokenizer = BPETokenizer.from_str(checkpoint["tokenizer"])
             meta = checkpoint.get("translation", {})
