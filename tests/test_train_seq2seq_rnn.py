@@ -53,15 +53,17 @@ def test_tiny_run_trains_translates_and_tests(attention, tmp_path, cache_dir):
     assert table.read_text().startswith("source\treference\thypothesis\n")
 
 
-def test_shortcuts_reach_the_net_and_checkpoint_rebuilds_it(tmp_path, cache_dir):
+def test_shortcuts_scheduled_sampling_checkpoint_and_translate(tmp_path, cache_dir):
     from attnlab.tasks.translation import TranslationTask
 
     cfg = compose_train([*TINY, "model.cell=lstm", "model.attention=luong_general", "model.copy=true",
-                         "+trainer.limit_train_batches=2", "test=false"], tmp_path, cache_dir)  # fmt: skip
+                         "+trainer.limit_train_batches=2", "test=false", "model.scheduled_sampling.schedule=linear",
+                         "model.scheduled_sampling.c=0.4"], tmp_path, cache_dir)  # fmt: skip
     task = build_model(cfg.model)  # the shortcut keys are not constructor arguments of the task
     net = task.net
     assert isinstance(net, Seq2SeqRNN) and (net.cell, net.attention, net.copy) == ("lstm", "luong_general", True)
-    run(cfg)
+    metrics = run(cfg)
+    assert metrics["train/sampling_ratio"] == pytest.approx(0.4)  # linear: ratio 0.4·step at the second step
     loaded = TranslationTask.load_from_checkpoint(tmp_path / "checkpoints" / "last.ckpt").eval()
     assert (loaded.net.cell, loaded.net.attention, loaded.net.copy) == ("lstm", "luong_general", True)
     # the translate entry point's function decodes with the RNN's stepper (beam 3, 2-best)
