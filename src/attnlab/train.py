@@ -40,7 +40,9 @@ def instantiate_all(group: DictConfig | None) -> list[Any]:
 
 def build_model(model_cfg: DictConfig) -> L.LightningModule:
     cfg = OmegaConf.to_container(model_cfg, resolve=True)
-    for meta in ("name", "uses_groups"):  # describe the model for train.py; not constructor arguments
+    # describe the model for train.py, not constructor arguments: its name, the block groups it is built from, and
+    # `shortcuts`, keys like `model.attention` that exist only to be interpolated into `net` from the command line
+    for meta in ("name", "uses_groups", "shortcuts", *(cfg.get("shortcuts") or [])):
         cfg.pop(meta, None)
     # plain dicts, not DictConfigs, reach the task: its saved hyper-parameters then load with weights_only=True
     return hydra.utils.instantiate(cfg, _convert_="all")
