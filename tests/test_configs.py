@@ -90,3 +90,11 @@ def test_cli_inapplicable_group_gets_one_line_error(tmp_path):
     assert out.returncode == 2
     assert "ffn= does not apply to model=causal_lm" in out.stdout
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("model", options("model"))
+def test_every_model_builds_under_the_debug_presets(model, tmp_path):
+    """debug=fast sizes every model's net (d_model, n_layers, n_heads): each family must accept it."""
+    cfg = compose_train([f"model={model}", "debug=fast"], tmp_path)
+    net = build_model(cfg.model).net
+    assert sum(p.numel() for p in net.parameters()) < 500_000

@@ -174,8 +174,12 @@ class Seq2SeqRNN(nn.Module):
 
     def __init__(self, vocab_size: int, d_emb: int = 128, d_hidden: int = 256, n_layers: int = 1,
                  cell: str = "gru", attention: str = "bahdanau", dropout: float = 0.1,
-                 tie_embeddings: bool = True, copy: bool = False, pad_id: int = 0):  # fmt: skip
+                 tie_embeddings: bool = True, copy: bool = False, pad_id: int = 0, d_model: int | None = None,
+                 n_heads: int | None = None):  # fmt: skip
+        """``d_model`` (if given) replaces ``d_hidden`` and ``n_heads`` is ignored (an RNN attends with one head):
+        both are accepted so that the presets that size every model's net (``debug=fast``) apply here too."""
         super().__init__()
+        d_hidden = d_model if d_model is not None else d_hidden
         if cell not in CELLS:
             raise ValueError(f"unknown cell {cell!r}; valid cells: {', '.join(CELLS)}")
         if attention not in ATTENTIONS:
