@@ -110,7 +110,7 @@ def _one_line_error(proc: subprocess.CompletedProcess, message: str) -> None:
 
 def test_generate_cli_missing_checkpoint(cache_dir, tmp_path):
     missing = tmp_path / "nope" / "last.ckpt"
-    proc = run_generate(f"ckpt_path={missing}", f"hydra.run.dir={tmp_path / 'gen'}", cache_dir=cache_dir)
+    proc = run_generate(f"ckpt_path={missing}", cache_dir=cache_dir)
     _one_line_error(proc, "checkpoint not found")
     assert str(missing) in proc.stdout + proc.stderr
 

@@ -81,8 +81,8 @@ def test_wrong_family_and_missing_checkpoints_get_one_line(trained, cache_dir, t
     ckpt = trained[0] / "checkpoints" / "last.ckpt"
     gen = cli("generate.py", f"ckpt_path={ckpt}", f"hydra.run.dir={tmp_path}", cache_dir=cache_dir)
     _one_line_error(gen, "is a translation model checkpoint, not a language-model checkpoint; use translate.py")
-    missing = cli("translate.py", f"ckpt={tmp_path / 'none.ckpt'}", f"hydra.run.dir={tmp_path}", stdin="one\n",
-                  cache_dir=cache_dir)
+    # no hydra.run.dir: the default run dir (which needs the resume_dir resolver) must resolve too
+    missing = cli("translate.py", f"ckpt={tmp_path / 'none.ckpt'}", stdin="one\n", cache_dir=cache_dir)
     _one_line_error(missing, "checkpoint not found")
 
 

@@ -19,6 +19,7 @@ from .checkpoints import CheckpointError
 from .checkpoints import load_task as load_checkpoint
 from .data.tokenizer import BPETokenizer
 from .paths import CONF_DIR
+from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from .checkpoints import CheckpointError, load_task
 from .paths import CONF_DIR
+from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 
 log = logging.getLogger(__name__)
 
