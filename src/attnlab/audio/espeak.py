@@ -1,8 +1,9 @@
 """eSpeak NG speech synthesis through ctypes, with the library and voice data that the ``espeakng-loader`` wheel
 ships (nothing else to install, nothing downloaded).
 
-eSpeak is a formant synthesizer: robotic but perfectly intelligible and deterministic, so a model trained on it can
-be judged by ear and its alignment by eye. The library keeps global state, so one :class:`ESpeak` per process
+eSpeak is a formant synthesizer: robotic but intelligible and consistent (the same text gives the same speech up
+to a few samples of jitter; not bitwise), so a model trained on it can be judged by ear and its alignment by eye.
+That is also why the corpus is synthesized once and cached rather than regenerated. The library keeps global state, so one :class:`ESpeak` per process
 (``ESpeak.get()``); it runs in synchronous mode, where ``espeak_Synth`` returns once the callback has received
 every int16 sample chunk.
 """

@@ -2,8 +2,9 @@
 
 Sentences (deterministic for ``seed``):
 
-* number words (``num2words``, as in the translation data): an integer with 1..``max_digits`` digits (the digit
-  count uniform, then the number uniform), e.g. "three hundred and forty-two"; commas dropped;
+* number words (``num2words``, as in the translation data): distinct integers with 1..``max_digits`` digits (the
+  digit count uniform, then the number uniform; short numbers are few, so most are long), e.g. "three hundred and
+  forty-two"; commas dropped;
 * with ``pydoc_fraction`` > 0, that share of the corpus are sentences of the language model's corpus (CPython's
   pydoc help texts) of at most ``max_chars`` characters whose every character is in the model's alphabet.
 
@@ -62,10 +63,16 @@ def corpus_sentences(num_utterances: int, seed: int = 0, max_digits: int = 4, py
         pool = pydoc_sentences(max_chars)
         take = rng.choice(len(pool), size=min(n_pydoc, len(pool)), replace=False)
         sentences += [pool[i] for i in sorted(take)]
-    while len(sentences) < num_utterances:
+    n_numbers = num_utterances - len(sentences)
+    if n_numbers > 10**max_digits:
+        raise ValueError(f"{n_numbers} distinct numbers asked for, but only {10**max_digits} have at most "
+                         f"{max_digits} digits; raise max_digits")
+    numbers: set[int] = set()
+    while len(numbers) < n_numbers:  # distinct, so no validation sentence is also a training sentence
         digits = int(rng.integers(1, max_digits + 1))
         low = 0 if digits == 1 else 10 ** (digits - 1)
-        sentences.append(number_sentence(int(rng.integers(low, 10**digits))))
+        numbers.add(int(rng.integers(low, 10**digits)))
+    sentences += [number_sentence(n) for n in sorted(numbers)]
     order = rng.permutation(len(sentences))
     return [sentences[i] for i in order]
 
