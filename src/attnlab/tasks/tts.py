@@ -46,9 +46,9 @@ def frame_mask(lengths: Tensor, t: int) -> Tensor:
 
 class TTSTask(Task):
     """Args:
-        guided_attention: ``enabled``, ``sigma`` (0.4, ESPnet), ``weight`` λ, ``layers`` (decoder layer indices;
-            default the last two), ``heads`` (the first k heads of each), ``half_life`` (steps after which λ has
-            halved; null = constant).
+        guided_attention: ``enabled``, ``sigma`` (ESPnet 0.4, DC-TTS 0.2; conf/model/tts.yaml: 0.2), ``weight`` λ,
+            ``layers`` (decoder layer indices; default the last two), ``heads`` (the first k heads of each),
+            ``half_life`` (steps after which λ has halved; null = constant).
         stop_pos_weight: BCE weight of the one positive (last) frame against the many negatives.
         mel_loss: l1 or l2.
         mel: the feature settings (``${data.mel}``), kept in the checkpoint for synthesis.
