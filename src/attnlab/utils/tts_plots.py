@@ -14,8 +14,10 @@ def mel_figure(mels: Sequence, titles: Sequence[str], title: str = "") -> Figure
     arrays = [_to_numpy(m) for m in mels]
     vmin = min(float(a.min()) for a in arrays if a.size)
     vmax = max(float(a.max()) for a in arrays if a.size)
-    fig = new_figure(figsize=(10, 2.2 * len(arrays) + 0.6))
-    axes = fig.subplots(len(arrays), 1, squeeze=False, gridspec_kw={"hspace": 0.5})[:, 0]
+    height = 2.2 * len(arrays) + 1.2
+    fig = new_figure(figsize=(10, height))
+    axes = fig.subplots(len(arrays), 1, squeeze=False,
+                        gridspec_kw={"hspace": 0.5, "top": 1 - 0.7 / height, "bottom": 0.5 / height})[:, 0]
     for ax, a, t in zip(axes, arrays, titles):
         im = ax.imshow(a.T, origin="lower", aspect="auto", interpolation="nearest", vmin=vmin, vmax=vmax,
                        cmap="magma")
