@@ -74,6 +74,22 @@ def run_synthesize(*overrides: str, stdin: str | None = None, cache_dir: str) ->
                           text=True, timeout=300, input=stdin)
 
 
+def test_synthesize_writes_playable_wavs(tts_run, tmp_path):
+    """The entry point's work in-process (the CLI itself: the slow test below)."""
+    from attnlab.synthesize import load_tts, read_texts, synthesize
+    from attnlab.tasks.tts import TTSTask
+
+    task = load_tts(tts_run[0] / "checkpoints" / "last.ckpt")
+    assert isinstance(task, TTSTask) and not task.training and task.mel_cfg.sample_rate == 22050
+    results = synthesize(task, read_texts("Twenty  one"), tmp_path, max_frames_per_char=3, griffin_lim_iters=4)
+    (r,) = results
+    assert r["text"] == "twenty one" and 0 < r["frames"] <= 3 * 10 + 20
+    audio, rate = sf.read(str(r["wav"]))
+    assert rate == 22050 and len(audio) == (r["frames"] - 1) * 256 and abs(audio).max() > 0.5
+    assert r["mel_png"].stat().st_size > 0 and r["alignment_png"].stat().st_size > 0
+
+
+@pytest.mark.slow
 def test_synthesize_cli_writes_playable_wavs(tts_run, cache_dir, tmp_path):
     ckpt = tts_run[0] / "checkpoints" / "last.ckpt"
     proc = run_synthesize(f"ckpt={ckpt}", "text=-", "griffin_lim_iters=4", "max_frames_per_char=3",
