@@ -136,3 +136,6 @@ def test_reader_refuses_wrong_rate_stereo_missing_and_malformed(broken):
     with pytest.raises(CorpusError) as e:
         SpeechDataModule(path=str(broken / "nope")).setup()
     _one_line(e, "LJSpeech folder not found", "nope")
+    from attnlab.utils.config import ConfigError
+
+    assert isinstance(e.value, ConfigError)  # train.py: this one line and exit status 2, no traceback

@@ -17,12 +17,14 @@ from pathlib import Path
 import numpy as np
 
 from ..audio.wav import AudioFileError, read_wav, write_wav
+from ..utils.config import ConfigError
 
 METADATA = "metadata.csv"
 
 
-class CorpusError(ValueError):
-    """A speech folder that cannot be read; the message is one line naming the file."""
+class CorpusError(ConfigError):
+    """A speech folder that cannot be read; the message is one line naming the file. A ConfigError (a ValueError),
+    so train.py prints that line and exits with status 2 instead of a traceback."""
 
 
 @dataclass(frozen=True)
