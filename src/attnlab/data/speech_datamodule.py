@@ -166,11 +166,11 @@ class SpeechDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._eval_loader("test")
 
-    def example(self, split: str = "val", index: int = 0) -> dict[str, Tensor]:
-        """One utterance as a batch of one (the attention-map and audio sample): the median-length one by default."""
+    def example(self, split: str = "val", index: int | None = None) -> dict[str, Tensor]:
+        """One utterance as a batch of one (the attention-map and audio sample); None: the median-length one."""
         ds = self.splits[split]
         lengths = ds.lengths()
-        i = sorted(range(len(ds)), key=lambda k: lengths[k])[len(ds) // 2] if index == 0 else index
+        i = sorted(range(len(ds)), key=lambda k: lengths[k])[len(ds) // 2] if index is None else index
         return collate_speech([ds[i]])
 
 
