@@ -116,9 +116,11 @@ def test_synthesize_refuses_missing_and_other_family_checkpoints(cache_dir, tmp_
     from attnlab.synthesize import load_tts
 
     missing = tmp_path / "nope.ckpt"
-    out = _one_line_error(run_synthesize(f"ckpt={missing}", "text=one", f"hydra.run.dir={tmp_path / 'a'}",
+    # paths.log_dir rather than hydra.run.dir: the default run dir (outputs/synthesize/runs/<time>) must resolve too
+    out = _one_line_error(run_synthesize(f"ckpt={missing}", "text=one", f"paths.log_dir={tmp_path / 'logs'}",
                                          cache_dir=cache_dir), "checkpoint not found")
     assert str(missing) in out
+    assert list((tmp_path / "logs" / "synthesize" / "runs").iterdir())
     vit = tmp_path / "vit.ckpt"  # what train.py model=vit writes: a task_class naming the ViT task
     torch.save({"task_class": "attnlab.tasks.vit.ImageClassificationTask", "state_dict": {}}, vit)
     with pytest.raises(ValueError, match=r"is not a text-to-speech checkpoint \(a ImageClassificationTask"):

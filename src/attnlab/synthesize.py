@@ -22,6 +22,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 from .audio.features import MelExtractor
 from .audio.wav import write_wav
 from .data.characters import CharVocab, normalize_text
