@@ -20,6 +20,7 @@ GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name not 
 
 
 IMAGE_DATA = ("data=digits", "data=cifar10")
+SPEECH_DATA = ("data=espeak", "data=ljspeech")
 
 
 def options(group: str) -> list[str]:
@@ -33,6 +34,8 @@ def test_every_option_composes_and_resolves(override, tmp_path):
     extra = ["data.path=/tmp/x.txt"] if override == "data=text_file" else []
     if override in IMAGE_DATA:  # image data sets: the model that reads data.image_size, not the default LM
         extra.append("model=vit")
+    if override in SPEECH_DATA:  # speech: the model that reads data.mel
+        extra += ["model=tts"] + (["data.path=/tmp/LJSpeech-1.1"] if override == "data=ljspeech" else [])
     cfg = compose_train([override, *extra], tmp_path)
     OmegaConf.resolve(cfg)  # every interpolation resolves
     assert cfg.model._target_ and cfg.trainer._target_

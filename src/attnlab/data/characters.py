@@ -1,0 +1,40 @@
+"""Characters as the text front-end of the TTS model: a fixed alphabet, so a checkpoint needs no vocabulary file.
+
+Text is lower-cased and its whitespace collapsed; any character outside the alphabet becomes ``<unk>``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+PAD, UNK = "<pad>", "<unk>"
+ALPHABET = " abcdefghijklmnopqrstuvwxyz0123456789'\".,;:!?-()"
+SYMBOLS = (PAD, UNK, *ALPHABET)
+
+
+def normalize_text(text: str) -> str:
+    return re.sub(r"\s+", " ", text.lower()).strip()
+
+
+class CharVocab:
+    pad_id, unk_id = 0, 1
+
+    def __init__(self):
+        self.symbols = SYMBOLS
+        self.index = {s: i for i, s in enumerate(SYMBOLS)}
+
+    def __len__(self) -> int:
+        return len(self.symbols)
+
+    def encode(self, text: str) -> list[int]:
+        return [self.index.get(c, self.unk_id) for c in normalize_text(text)]
+
+    def decode(self, ids) -> str:
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else ids
+        return "".join(self.symbols[i] if i > self.unk_id else ("" if i == self.pad_id else "?") for i in ids)
+
+    def covers(self, text: str) -> bool:
+        """True if every character of the normalized text is in the alphabet."""
+        return all(c in self.index for c in normalize_text(text))

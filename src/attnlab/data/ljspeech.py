@@ -1,0 +1,90 @@
+"""LJSpeech-format speech corpora: ``<folder>/metadata.csv`` (``id|raw text|normalized text``, no header, UTF-8) and
+``<folder>/wavs/<id>.wav`` (mono, 22,050 Hz, 16-bit). Read for ``data=ljspeech data.path=…``; written by the eSpeak
+corpus generator (``data=espeak``), so the same reader serves both.
+
+Every problem with the folder is one line naming the file (and line): a missing folder, metadata or WAV; a
+malformed metadata line; stereo audio; another sample rate (see :func:`attnlab.audio.wav.read_wav`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..audio.wav import AudioFileError, read_wav, write_wav
+from ..utils.config import ConfigError
+
+METADATA = "metadata.csv"
+
+
+class CorpusError(ConfigError):
+    """A speech folder that cannot be read; the message is one line naming the file. A ConfigError (a ValueError),
+    so train.py prints that line and exits with status 2 instead of a traceback."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    text: str  # the normalized text (3rd column) when present, else the raw one
+    wav: Path
+
+
+def read_metadata(folder: str | Path) -> list[Entry]:
+    folder = Path(folder).expanduser().absolute()
+    meta = folder / METADATA
+    if not folder.is_dir():
+        raise CorpusError(f"LJSpeech folder not found: {folder} (set data.path to a folder with {METADATA} and wavs/)")
+    if not meta.is_file():
+        raise CorpusError(f"LJSpeech metadata not found: {meta}")
+    try:
+        lines = meta.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as e:
+        raise CorpusError(f"{meta} is not valid UTF-8 (byte offset {e.start})") from None
+    entries = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) < 2 or not fields[0] or not fields[-1].strip():
+            raise CorpusError(f"{meta}:{n}: expected 'id|text|normalized text', got {line[:80]!r}")
+        text = fields[2] if len(fields) >= 3 and fields[2].strip() else fields[1]
+        entries.append(Entry(fields[0], text.strip(), folder / "wavs" / f"{fields[0]}.wav"))
+    if not entries:
+        raise CorpusError(f"{meta} lists no utterances")
+    return entries
+
+
+def load_audio(entry: Entry, sample_rate: int) -> np.ndarray:
+    try:
+        return read_wav(entry.wav, sample_rate)
+    except AudioFileError as e:
+        raise CorpusError(str(e)) from None
+
+
+def write_ljspeech(folder: str | Path, items: list[tuple[str, str, np.ndarray]], sample_rate: int) -> Path:
+    """Write ``(id, text, int16 samples)`` items as an LJSpeech folder, atomically (a half-written folder never
+    appears under ``folder``: it is built next to it and renamed)."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    try:
+        lines = []
+        for uid, text, samples in items:
+            if "|" in text or "\n" in text:
+                raise ValueError(f"utterance {uid}: text may not contain '|' or a newline: {text!r}")
+            write_wav(tmp / "wavs" / f"{uid}.wav", samples, sample_rate)
+            lines.append(f"{uid}|{text}|{text}")
+        (tmp / METADATA).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process wrote it first: theirs is identical
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder

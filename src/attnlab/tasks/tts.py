@@ -1,0 +1,253 @@
+"""Text-to-speech task: Transformer-TTS losses (mel L1 before/after the postnet, stop BCE, guided attention; claim
+C25), alignment metrics, and listening material (mels, alignments, Griffin-Lim audio) at every validation.
+
+Logged (stage = train / val / test):
+
+* ``{stage}/loss``: mel L1 before + after the postnet + stop BCE — the guided-attention term is left out of
+  val/test so runs with it on and off compare on the same number (train/loss includes it);
+  ``{stage}/mel_l1`` (after the postnet), ``{stage}/mel_l1_before``, ``{stage}/stop_bce``, ``train/guided``;
+* ``{stage}/stop_acc``: stop token right (threshold 0.5) over the real frames;
+* ``{stage}/focus_rate_tf``, ``{stage}/diagonal_rate_tf``: of the teacher-forced cross-attention of the guided
+  layers and heads (the same ones whether or not the loss is on, so on/off compare);
+* free-running, on the first ``free_running_samples`` utterances of the first val/test batch:
+  ``focus_rate_fr``, ``diagonal_rate_fr``, ``skipped_chars`` and ``repeats`` per utterance (see
+  :func:`~attnlab.modules.guided_attention.skips_and_repeats`), ``stop_rate`` (share that stopped before the
+  maximum length), ``length_ratio`` (generated / true frames).
+
+Every validation also writes ``<run dir>/tts_samples/epochNNN.{png,wav}`` (target, teacher-forced and free-running
+mel + the free-running alignment; Griffin-Lim audio of the free-running mel) and logs them to W&B.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.loggers import WandbLogger
+from torch import Tensor
+
+from ..audio.features import MelConfig, MelExtractor
+from ..audio.wav import write_wav
+from ..data.characters import CharVocab
+from ..decoding.tts import generate_mel
+from ..modules.guided_attention import diagonal_rate, focus_rate, guided_attention_loss, skips_and_repeats
+from ..utils.plotting import attention_heatmap_figure, save_figure
+from .base import Task
+
+log = logging.getLogger(__name__)
+
+
+def frame_mask(lengths: Tensor, t: int) -> Tensor:
+    return torch.arange(t, device=lengths.device)[None] < lengths[:, None]  # (B, T)
+
+
+class TTSTask(Task):
+    """Args:
+        guided_attention: ``enabled``, ``sigma`` (ESPnet 0.4, DC-TTS 0.2; conf/model/tts.yaml: 0.2), ``weight`` λ,
+            ``layers`` (decoder layer indices; default the last two), ``heads`` (the first k heads of each),
+            ``half_life`` (steps after which λ has halved; null = constant).
+        stop_pos_weight: BCE weight of the one positive (last) frame against the many negatives.
+        mel_loss: l1 or l2.
+        mel: the feature settings (``${data.mel}``), kept in the checkpoint for synthesis.
+        free_running_samples: utterances decoded free-running at each val/test (alignment metrics).
+        max_frames_per_char: free-running length limit (× characters, + 20 frames).
+        griffin_lim_iters: iterations for the logged audio sample.
+        attention_tokens: ignored (``debug=fast`` sets it for every model).
+    """
+
+    def __init__(self, net, optimizer=None, scheduler=None, compile: bool = False, guided_attention=None,
+                 stop_pos_weight: float = 5.0, mel_loss: str = "l1", mel=None, free_running_samples: int = 4,
+                 max_frames_per_char: float = 12.0, griffin_lim_iters: int = 32, audio_samples: bool = True,
+                 attention_tokens: int | None = None):
+        super().__init__(net, optimizer, scheduler, compile)
+        ga = {"enabled": True, "sigma": 0.4, "weight": 1.0, "layers": [-2, -1], "heads": 2, "half_life": None,
+              **(dict(guided_attention) if guided_attention else {})}
+        n_dec = len(self.net.dec_blocks)
+        ga["layers"] = sorted({int(i) % n_dec for i in ga["layers"]})
+        ga["heads"] = max(1, min(int(ga["heads"]), self.net.n_heads))
+        self.guided = ga
+        if mel_loss not in ("l1", "l2"):
+            raise ValueError(f"mel_loss must be l1 or l2, got {mel_loss!r}")
+        self.mel_loss, self.stop_pos_weight = mel_loss, stop_pos_weight
+        self.mel_cfg = MelConfig.from_cfg(mel)
+        if self.mel_cfg.n_mels != self.net.n_mels:
+            raise ValueError(f"data has {self.mel_cfg.n_mels} mel bins, the model {self.net.n_mels}")
+        self.free_running_samples, self.max_frames_per_char = free_running_samples, max_frames_per_char
+        self.griffin_lim_iters, self.audio_samples = griffin_lim_iters, audio_samples
+        self.vocab = CharVocab()
+        self.sample_paths: list[Path] = []
+        self._sample: dict | None = None
+
+    # --- losses ---------------------------------------------------------------------------------------------
+    def guided_weight(self) -> float:
+        if not self.guided["enabled"]:
+            return 0.0
+        hl = self.guided["half_life"]
+        return self.guided["weight"] * (0.5 ** (self.global_step / hl) if hl else 1.0)
+
+    def losses(self, batch: dict, out: dict) -> dict[str, Tensor]:
+        mel, lengths = batch["mel"], batch["mel_lengths"]
+        t = mel.shape[1]
+        mask = frame_mask(lengths, t)[..., None].float()  # (B, T, 1)
+        dist = F.l1_loss if self.mel_loss == "l1" else F.mse_loss
+        n = mask.sum() * mel.shape[2]
+
+        def mel_term(pred: Tensor) -> Tensor:
+            return (dist(pred[:, :t], mel, reduction="none") * mask).sum() / n
+
+        stop_target = F.one_hot(lengths - 1, out["stop_logits"].shape[1]).float()  # 1 at each last real frame
+        valid = frame_mask(lengths, out["stop_logits"].shape[1]).float()
+        bce = F.binary_cross_entropy_with_logits(
+            out["stop_logits"], stop_target, reduction="none",
+            pos_weight=torch.tensor(self.stop_pos_weight, device=mel.device))
+        stop_bce = (bce * valid).sum() / valid.sum()
+        stop_acc = (((out["stop_logits"] > 0).float() == stop_target).float() * valid).sum() / valid.sum()
+        return {"mel_l1_before": mel_term(out["mel_before"]), "mel_l1": mel_term(out["mel_after"]),
+                "stop_bce": stop_bce, "stop_acc": stop_acc}
+
+    def guided_maps(self, out: dict) -> list[Tensor]:
+        return [a[:, : self.guided["heads"]] for a in out["attention"]]
+
+    def forward(self, text, text_lengths, mel, mel_lengths=None):
+        return self._forward(text, text_lengths, mel, mel_lengths, attention_layers=self.guided["layers"])
+
+    # --- steps ----------------------------------------------------------------------------------------------
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        with_maps = self.guided["enabled"]
+        out = self._forward(batch["text"], batch["text_lengths"], batch["mel"], batch["mel_lengths"],
+                            attention_layers=self.guided["layers"] if with_maps else ())
+        parts = self.losses(batch, out)
+        loss = parts["mel_l1_before"] + parts["mel_l1"] + parts["stop_bce"]
+        if with_maps:
+            guided = guided_attention_loss(self.guided_maps(out), batch["text_lengths"], out["dec_lengths"],
+                                           self.guided["sigma"])
+            self.log("train/guided", guided, on_step=True)
+            loss = loss + self.guided_weight() * guided
+        self.log("train/loss", loss, on_step=True, prog_bar=True)
+        for k in ("mel_l1", "mel_l1_before", "stop_bce", "stop_acc"):
+            self.log(f"train/{k}", parts[k], on_step=True)
+        return self.add_moe_losses(loss, "train")
+
+    def _eval_step(self, batch: dict, batch_idx: int, stage: str) -> None:
+        out = self(batch["text"], batch["text_lengths"], batch["mel"], batch["mel_lengths"])
+        parts = self.losses(batch, out)
+        self.add_moe_losses(parts["mel_l1"], stage)
+        b = batch["text"].shape[0]
+        loss = parts["mel_l1_before"] + parts["mel_l1"] + parts["stop_bce"]
+        kw = dict(on_epoch=True, batch_size=b)
+        self.log(f"{stage}/loss", loss, prog_bar=True, **kw)
+        for k in ("mel_l1", "mel_l1_before", "stop_bce", "stop_acc"):
+            self.log(f"{stage}/{k}", parts[k], prog_bar=k == "mel_l1", **kw)
+        maps = torch.cat(self.guided_maps(out), dim=1)  # (B, layers·heads, G, N)
+        tl, dl = batch["text_lengths"], out["dec_lengths"]
+        self.log(f"{stage}/focus_rate_tf", focus_rate(maps, tl, dl).mean(), **kw)
+        self.log(f"{stage}/diagonal_rate_tf", diagonal_rate(maps, tl, dl).mean(), prog_bar=True, **kw)
+        if batch_idx == 0 and self.free_running_samples > 0:
+            self.log_free_running(batch, stage)
+
+    def free_running(self, text: Tensor, text_lengths: Tensor):
+        return generate_mel(self.net, text, text_lengths, max_frames_per_char=self.max_frames_per_char)
+
+    def alignment_maps(self, gen) -> Tensor:
+        """Free-running cross-attention of the guided layers and heads: (B, layers·heads, steps, N)."""
+        return torch.cat([gen.attention[i][:, : self.guided["heads"]] for i in self.guided["layers"]], dim=1)
+
+    def log_free_running(self, batch: dict, stage: str) -> None:
+        k = min(self.free_running_samples, batch["text"].shape[0])
+        text, tl = batch["text"][:k], batch["text_lengths"][:k]
+        gen = self.free_running(text, tl)
+        maps = self.alignment_maps(gen)
+        skips, repeats = zip(*(skips_and_repeats(maps[i], int(tl[i]), int(gen.steps[i])) for i in range(k)))
+        kw = dict(on_epoch=True, batch_size=k)
+        self.log(f"{stage}/focus_rate_fr", focus_rate(maps, tl, gen.steps).mean(), **kw)
+        self.log(f"{stage}/diagonal_rate_fr", diagonal_rate(maps, tl, gen.steps).mean(), **kw)
+        self.log(f"{stage}/skipped_chars", float(sum(skips)) / k, **kw)
+        self.log(f"{stage}/repeats", float(sum(repeats)) / k, **kw)
+        self.log(f"{stage}/stop_rate", gen.stopped.float().mean(), **kw)
+        self.log(f"{stage}/length_ratio", (gen.lengths.float() / batch["mel_lengths"][:k].float()).mean(), **kw)
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch, batch_idx, "val")
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch, batch_idx, "test")
+
+    # --- listening material -----------------------------------------------------------------------------------
+    def _example(self) -> dict:
+        if self._sample is None:
+            self._sample = self.trainer.datamodule.example("val")
+        return {k: v.to(self.device) for k, v in self._sample.items()}
+
+    def on_validation_epoch_end(self) -> None:
+        trainer = self._trainer
+        if trainer is None or trainer.sanity_checking or not trainer.is_global_zero or not self.audio_samples:
+            return
+        self.sample_paths = self.write_samples(Path(trainer.default_root_dir) / "tts_samples",
+                                               f"epoch{self.current_epoch:03d}")
+
+    @torch.no_grad()
+    def write_samples(self, out_dir: Path, stem: str) -> list[Path]:
+        from ..utils.tts_plots import alignment_figure, mel_figure
+
+        ex = self._example()
+        was_training = self.training
+        self.eval()
+        try:
+            tf = self(ex["text"], ex["text_lengths"], ex["mel"], ex["mel_lengths"])
+            gen = self.free_running(ex["text"], ex["text_lengths"])
+        finally:
+            self.train(was_training)
+        text = self.vocab.decode(ex["text"][0])
+        t, n = int(ex["mel_lengths"][0]), int(gen.lengths[0])
+        step = f"epoch {self.current_epoch}, step {self.global_step}"
+        fig = mel_figure([ex["mel"][0, :t], tf["mel_after"][0, :t], gen.mel[0, :n]],
+                         ["target", "teacher-forced prediction",
+                          f"free-running ({n} frames{'' if bool(gen.stopped[0]) else ', no stop'})"],
+                         title=f"{text!r} — {step}")
+        mel_png = save_figure(fig, out_dir / f"{stem}_mel.png")
+        del fig
+        align = self.alignment_maps(gen)[0].mean(0)[: int(gen.steps[0])]  # (steps, N)
+        fig = alignment_figure(align, text, title=f"free-running alignment — {step}")
+        align_png = save_figure(fig, out_dir / f"{stem}_alignment.png")
+        del fig
+        wave = MelExtractor(self.mel_cfg).griffin_lim(gen.mel[0, :n].cpu(), n_iter=self.griffin_lim_iters)
+        wav = write_wav(out_dir / f"{stem}.wav", wave, self.mel_cfg.sample_rate)
+        for lg in self.trainer.loggers:
+            if isinstance(lg, WandbLogger):
+                lg.log_image(key="tts/mel", images=[str(mel_png)], step=self.global_step, caption=[text])
+                lg.log_image(key="tts/alignment", images=[str(align_png)], step=self.global_step, caption=[text])
+                lg.log_audio(key="tts/audio", audios=[str(wav)], step=self.global_step, caption=[text],
+                             sample_rate=[self.mel_cfg.sample_rate])
+        return [mel_png, align_png, wav]
+
+    # --- protocols used by callbacks ----------------------------------------------------------------------------
+    def tokens_in_batch(self, batch: dict):
+        """Throughput counts mel frames (perf/tokens_per_sec = frames/s)."""
+        return batch["mel_lengths"].sum()
+
+    def attention_sample(self):
+        ex = self._example()
+        chars = list(self.vocab.decode(ex["text"][0]))
+        return {"inputs": {k: ex[k] for k in ("text", "text_lengths", "mel", "mel_lengths")},
+                "y_labels": None, "x_labels": chars}
+
+    def attention_forward(self, text, text_lengths, mel, mel_lengths):
+        return self.net(text, text_lengths, mel, mel_lengths)
+
+    def render_attention(self, maps: dict[str, Tensor], out_dir: Path) -> list[tuple[str, Path]]:
+        """Teacher-forced cross-attention of every decoder layer, one panel per head: characters across, decoder
+        steps down (a good alignment is a diagonal from top left to bottom right)."""
+        ex = self._example()
+        chars = list(self.vocab.decode(ex["text"][0]))
+        out = []
+        for name in sorted(n for n in maps if "cross_attn" in n):
+            w = maps[name][0]  # (H, G, N)
+            fig = attention_heatmap_figure(w, x_labels=chars, title=f"{name} — epoch {self.current_epoch}, "
+                                                                     f"step {self.global_step}")
+            safe = re.sub(r"[^\w.\-]+", "_", name)
+            out.append((name, save_figure(fig, Path(out_dir) / f"{safe}.png")))
+            del fig
+        return out

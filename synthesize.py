@@ -1,0 +1,6 @@
+"""`python synthesize.py ckpt=... text="twenty one"` — speak text with a trained TTS model (see README.md)."""
+
+from attnlab.synthesize import main
+
+if __name__ == "__main__":
+    main()

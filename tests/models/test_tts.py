@@ -1,0 +1,134 @@
+"""Transformer-TTS as a module: shapes and reduction factor, the stepper's incremental decoding equals the
+teacher-forced pass, the prenet's dropout stays on at inference, and the model overfits a few real utterances."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab.audio.espeak import ESpeak
+from attnlab.audio.features import MelExtractor
+from attnlab.data.characters import CharVocab
+from attnlab.data.speech_datamodule import collate_speech
+from attnlab.decoding.tts import TTSStepper, generate_mel
+from attnlab.models.tts import TransformerTTS
+from attnlab.modules.guided_attention import guided_attention_loss
+
+TINY = dict(vocab_size=50, d_model=32, n_heads=2, n_enc_layers=2, n_dec_layers=2, dec_prenet_dim=32,
+            postnet_channels=16, dropout=0.0)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matmuls: a second thread only contends on a shared 2-core box
+    yield
+    torch.set_num_threads(before)
+
+
+def batch_of(texts: list[str]) -> dict:
+    vocab, extract, engine = CharVocab(), MelExtractor(), ESpeak.get()
+    items = [{"text": torch.tensor(vocab.encode(t)), "index": i,
+              "mel": extract(torch.from_numpy(engine.synthesize(t).astype(np.float32) / 32768))}
+             for i, t in enumerate(texts)]
+    return collate_speech(items)
+
+
+def test_shapes_reduction_and_decoder_inputs():
+    torch.manual_seed(0)
+    model = TransformerTTS(**TINY, reduction=3).eval()
+    text = torch.randint(2, 50, (2, 9))
+    mel = torch.randn(2, 13, 80)  # 13 frames -> 5 steps of 3 (the last group padded)
+    out = model(text, torch.tensor([9, 6]), mel, torch.tensor([13, 7]), attention_layers=[-1])
+    assert out["mel_before"].shape == out["mel_after"].shape == (2, 15, 80)
+    assert out["stop_logits"].shape == (2, 15)
+    assert out["dec_lengths"].tolist() == [5, 3]
+    (att,) = out["attention"]
+    assert att.shape == (2, 2, 5, 9)
+    assert torch.allclose(att.sum(-1), torch.ones(2, 2, 5), atol=1e-5)
+    assert (att[1, :, :, 6:] == 0).all()  # padded characters get no attention
+    inputs = model.decoder_inputs(mel)  # step g reads the last frame of group g-1
+    assert inputs.shape == (2, 5, 80) and (inputs[:, 0] == 0).all()
+    assert torch.equal(inputs[:, 1], mel[:, 2]) and torch.equal(inputs[:, 4], mel[:, 11])
+    # only the asked-for layers took the explicit path; the others kept SDPA
+    assert model.dec_blocks[0].cross_attn.weights is None and not model.dec_blocks[1].cross_attn.return_weights
+
+
+def test_incremental_decoding_equals_teacher_forcing():
+    torch.manual_seed(1)
+    model = TransformerTTS(**TINY, reduction=2, prenet_always_dropout=False).eval()
+    text, tl = torch.randint(2, 50, (3, 11)), torch.tensor([11, 8, 5])
+    mel = torch.randn(3, 16, 80)
+    ref = model(text, tl, mel, attention_layers=[0, 1])
+    stepper = TTSStepper(model, text, tl, max_steps=8)
+    inputs = model.decoder_inputs(mel)
+    outs, stops = [], []
+    frames, stop = stepper.prefill(inputs[:, :3])  # a 3-step prefix in one call, then one step at a time
+    first, _ = model.project(model.decode(inputs[:, :3], *model.encode(text, tl)))
+    assert torch.allclose(first, ref["mel_before"][:, :6], atol=1e-5)
+    outs.append(frames), stops.append(stop)
+    for g in range(3, 8):
+        frames, stop = stepper.step(inputs[:, g])
+        outs.append(frames), stops.append(stop)
+    assert torch.allclose(torch.cat(outs, 1), ref["mel_before"][:, 4:], atol=1e-5)
+    assert torch.allclose(torch.cat(stops, 1), ref["stop_logits"][:, 4:], atol=1e-5)
+    for layer, (rec, full) in enumerate(zip(stepper.alignments(), ref["attention"])):
+        assert rec.shape == (3, 2, 8, 11)  # the prefill's 3 steps, then one per step
+        assert torch.allclose(rec, full, atol=1e-5), layer
+    # reorder keeps rows and their caches together
+    stepper.reorder(torch.tensor([2, 0]))
+    assert stepper.memory.shape[0] == 2 and stepper.caches[0].self_attn.k.shape[0] == 2
+
+
+def test_prenet_dropout_stays_on_at_inference():
+    torch.manual_seed(2)
+    model = TransformerTTS(**TINY).eval()
+    text, tl, mel = torch.randint(2, 50, (1, 6)), torch.tensor([6]), torch.randn(1, 9, 80)
+    a, b = model(text, tl, mel)["mel_before"], model(text, tl, mel)["mel_before"]
+    assert not torch.allclose(a, b)
+    model.dec_prenet.always_dropout = False
+    assert torch.equal(model(text, tl, mel)["mel_before"], model(text, tl, mel)["mel_before"])
+
+
+def test_generate_stops_and_bounds_length():
+    torch.manual_seed(3)
+    model = TransformerTTS(**TINY, reduction=2).eval()
+    text, tl = torch.randint(2, 50, (2, 5)), torch.tensor([5, 3])
+    with torch.no_grad():
+        model.stop_proj.bias.fill_(-20.0)  # never stops: cut at 4 frames per char + 20
+    gen = generate_mel(model, text, tl, max_frames_per_char=4.0)
+    assert gen.lengths.tolist() == [40, 32] and not gen.stopped.any()
+    assert (gen.mel[1, 32:] == 0).all() and gen.attention[0].shape[2] == 20
+    with torch.no_grad():
+        model.stop_proj.bias.copy_(torch.tensor([-20.0, 20.0]))  # the second frame of the first step fires
+    gen = generate_mel(model, text, tl)
+    assert gen.lengths.tolist() == [2, 2] and gen.stopped.all() and gen.steps.tolist() == [1, 1]
+
+
+def test_overfits_a_few_real_utterances():
+    """Eight eSpeak utterances, 120 Adam steps: the mel loss falls to well under half and attention aligns."""
+    torch.manual_seed(0)
+    batch = batch_of(["one", "twenty one", "three hundred", "forty-two", "seven", "five thousand", "ninety",
+                      "one hundred and six"])
+    model = TransformerTTS(**{**TINY, "dec_prenet_dropout": 0.1}, reduction=3)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    mask = (torch.arange(batch["mel"].shape[1])[None] < batch["mel_lengths"][:, None])[..., None]
+
+    def step() -> tuple[float, float]:
+        out = model(batch["text"], batch["text_lengths"], batch["mel"], batch["mel_lengths"], attention_layers=[-1])
+        t = batch["mel"].shape[1]
+        l1 = ((out["mel_after"][:, :t] - batch["mel"]).abs() * mask).sum() / (mask.sum() * 80)
+        l1b = ((out["mel_before"][:, :t] - batch["mel"]).abs() * mask).sum() / (mask.sum() * 80)
+        ga = guided_attention_loss(out["attention"], batch["text_lengths"], out["dec_lengths"])
+        opt.zero_grad()
+        (l1 + l1b + ga).backward()
+        l1, ga = l1.detach(), ga.detach()
+        opt.step()
+        return l1.item(), ga.item()
+
+    first, ga_first = step()
+    for _ in range(120):
+        last, ga_last = step()
+    assert last < 0.5 * first, (first, last)
+    assert ga_last < 0.5 * ga_first, (ga_first, ga_last)

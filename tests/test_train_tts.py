@@ -1,0 +1,166 @@
+"""train.py model=tts end to end on a tiny eSpeak corpus (real synthesis, real features, real training), then the
+synthesize entry point on its checkpoint, as a user runs both; and the config choices around them."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+import torch
+from helpers import compose_train
+
+from attnlab.paths import ROOT
+from attnlab.train import build_model, run
+from attnlab.utils.config import ConfigError, check_block_groups
+
+QUIET = ["callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false"]
+# A tiny corpus and model: 24 utterances of 0..99, 4 training batches of 4, a few Griffin-Lim iterations.
+TINY = ["model=tts", "debug=fast", "data.num_utterances=24", "data.max_digits=2", "data.val_size=4",
+        "data.test_size=4", "data.batch_size=4", "trainer.limit_train_batches=4", "model.net.postnet_channels=16",
+        "model.net.dec_prenet_dim=32", "model.griffin_lim_iters=4", "model.max_frames_per_char=3",
+        "model.free_running_samples=2", *QUIET]
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tts_run(one_thread, tmp_path_factory, cache_dir) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("tts_run")
+    cfg = compose_train([*TINY, "logger=[csv,wandb]"], out, cache_dir)
+    return out, run(cfg)
+
+
+def test_train_tts_logs_metrics_samples_and_attention_maps(tts_run):
+    out, metrics = tts_run
+    for stage in ("val", "test"):
+        for key in ("loss", "mel_l1", "mel_l1_before", "stop_bce", "stop_acc", "focus_rate_tf", "diagonal_rate_tf",
+                    "focus_rate_fr", "diagonal_rate_fr", "skipped_chars", "repeats", "stop_rate", "length_ratio"):
+            assert f"{stage}/{key}" in metrics and torch.isfinite(torch.tensor(metrics[f"{stage}/{key}"])), key
+        assert 0 <= metrics[f"{stage}/stop_acc"] <= 1 and 0 < metrics[f"{stage}/focus_rate_tf"] <= 1
+    assert "train/guided" in metrics and metrics["train/guided"] > 0
+    (metrics_csv,) = out.glob("csv/version_*/metrics.csv")
+    rows = list(csv.DictReader(open(metrics_csv)))
+    assert any(r.get("perf/tokens_per_sec") for r in rows)  # throughput counts mel frames
+
+    samples = sorted(p.name for p in (out / "tts_samples").iterdir())
+    assert samples == ["epoch000.wav", "epoch000_alignment.png", "epoch000_mel.png"]
+    audio, rate = sf.read(str(out / "tts_samples" / "epoch000.wav"))
+    assert rate == 22050 and audio.ndim == 1 and len(audio) > 0 and abs(audio).max() > 0.5  # peak-normalized
+    (maps,) = (out / "attention_maps").glob("epoch*")
+    assert sorted(p.name for p in maps.glob("*.png")) == ["net.dec_blocks.0.cross_attn.png",
+                                                          "net.dec_blocks.1.cross_attn.png"]
+    (wandb_run,) = (out / "wandb").glob("offline-run-*")
+    media = {p.parent.name + "/" + p.name.rsplit("_", 2)[0] for p in wandb_run.glob("files/media/**/*.*")
+             if p.suffix in (".png", ".wav")}
+    assert {"tts/mel", "tts/alignment", "tts/audio", "attention/net.dec_blocks.1.cross_attn"} <= media, media
+    assert (out / "checkpoints" / "last.ckpt").is_file()
+
+
+def run_synthesize(*overrides: str, stdin: str | None = None, cache_dir: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "OMP_NUM_THREADS": "1"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run([sys.executable, "synthesize.py", *overrides], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300, input=stdin)
+
+
+def test_synthesize_writes_playable_wavs(tts_run, tmp_path):
+    """The entry point's work in-process (the CLI itself: the slow test below)."""
+    from attnlab.synthesize import load_tts, read_texts, synthesize
+    from attnlab.tasks.tts import TTSTask
+
+    task = load_tts(tts_run[0] / "checkpoints" / "last.ckpt")
+    assert isinstance(task, TTSTask) and not task.training and task.mel_cfg.sample_rate == 22050
+    results = synthesize(task, read_texts("Twenty  one"), tmp_path, max_frames_per_char=3, griffin_lim_iters=4)
+    (r,) = results
+    assert r["text"] == "twenty one" and 0 < r["frames"] <= 3 * 10 + 20
+    audio, rate = sf.read(str(r["wav"]))
+    assert rate == 22050 and len(audio) == (r["frames"] - 1) * 256 and abs(audio).max() > 0.5
+    assert r["mel_png"].stat().st_size > 0 and r["alignment_png"].stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_synthesize_cli_writes_playable_wavs(tts_run, cache_dir, tmp_path):
+    ckpt = tts_run[0] / "checkpoints" / "last.ckpt"
+    proc = run_synthesize(f"ckpt={ckpt}", "text=-", "griffin_lim_iters=4", "max_frames_per_char=3",
+                          f"hydra.run.dir={tmp_path}", stdin="twenty one\n\nSeven\n", cache_dir=cache_dir)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "'twenty one' ->" in proc.stdout and "'seven' ->" in proc.stdout
+    for i in (0, 1):
+        audio, rate = sf.read(str(tmp_path / f"utt_{i:02d}.wav"))
+        assert rate == 22050 and audio.ndim == 1 and len(audio) >= 256 and abs(audio).max() > 0.5
+        assert (tmp_path / f"utt_{i:02d}_mel.png").stat().st_size > 0
+        assert (tmp_path / f"utt_{i:02d}_alignment.png").stat().st_size > 0
+    assert not (tmp_path / "utt_02.wav").exists()
+
+
+def _one_line_error(proc: subprocess.CompletedProcess, message: str) -> str:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert len([line for line in out.splitlines() if message in line]) == 1, out[-3000:]
+    return out
+
+
+def test_synthesize_refuses_missing_and_other_family_checkpoints(cache_dir, tmp_path):
+    from attnlab.synthesize import load_tts
+
+    missing = tmp_path / "nope.ckpt"
+    # paths.log_dir rather than hydra.run.dir: the default run dir (outputs/synthesize/runs/<time>) must resolve too
+    out = _one_line_error(run_synthesize(f"ckpt={missing}", "text=one", f"paths.log_dir={tmp_path / 'logs'}",
+                                         cache_dir=cache_dir), "checkpoint not found")
+    assert str(missing) in out
+    assert list((tmp_path / "logs" / "synthesize" / "runs").iterdir())
+    vit = tmp_path / "vit.ckpt"  # what train.py model=vit writes: a task_class naming the ViT task
+    torch.save({"task_class": "attnlab.tasks.vit.ImageClassificationTask", "state_dict": {}}, vit)
+    with pytest.raises(ValueError, match=r"is not a text-to-speech checkpoint \(a ImageClassificationTask"):
+        load_tts(vit)
+    bare = tmp_path / "bare.ckpt"
+    torch.save({"a": 1}, bare)
+    with pytest.raises(ValueError, match=r"not written by attnlab's train.py"):
+        load_tts(bare)
+    (tmp_path / "text.ckpt").write_text("not a checkpoint")
+    with pytest.raises(ValueError, match=r"is not a PyTorch checkpoint"):
+        load_tts(tmp_path / "text.ckpt")
+
+
+def test_guided_attention_off_trains_without_the_term(tmp_path, one_thread):
+    """model.guided_attention.enabled=false: no guided term and no explicit attention path in training steps."""
+    cfg = compose_train([*TINY, "model.guided_attention.enabled=false"], tmp_path)
+    task = build_model(cfg.model)
+    assert task.guided["enabled"] is False and task.guided["layers"] == [0, 1]
+    logged = {}
+    task.log = lambda name, value, **kw: logged.__setitem__(name, value)  # no trainer attached
+    text, mel = torch.randint(2, 50, (2, 7)), torch.randn(2, 12, 80)
+    batch = {"text": text, "text_lengths": torch.tensor([7, 5]), "mel": mel, "mel_lengths": torch.tensor([12, 9])}
+    loss = task.training_step(batch, 0)
+    assert "train/guided" not in logged and torch.isfinite(loss)
+    assert all(m.weights is None for m in task.net.cross_attention_modules())
+    on = build_model(compose_train(TINY, tmp_path).model)
+    on.log = lambda name, value, **kw: logged.__setitem__(name, value)
+    on.training_step(batch, 0)
+    assert logged["train/guided"] > 0
+
+
+def test_tts_block_groups_apply_and_pos_is_refused(tmp_path):
+    from attnlab.modules.moe import MixtureOfExperts
+
+    cfg = compose_train(["model=tts", "norm=rms", "ffn=swiglu", "moe=on", "moe.num_experts=2"], tmp_path)
+    assert cfg.data._target_.endswith("EspeakDataModule")  # model=tts brings its data set
+    net = build_model(cfg.model).net
+    blocks = [*net.enc_blocks, *net.dec_blocks]
+    assert all(isinstance(b.sa_norm, torch.nn.RMSNorm) and isinstance(b.ffn, MixtureOfExperts) for b in blocks)
+    with pytest.raises(ConfigError, match=r"pos= does not apply to model=tts"):
+        check_block_groups(compose_train(["model=tts", "pos=rotary"], tmp_path), ["model=tts", "pos=rotary"])
+    lj = compose_train(["model=tts", "data=ljspeech", "data.path=/some/where"], tmp_path)
+    assert lj.data._target_.endswith(".SpeechDataModule") and lj.model.mel.n_mels == 80
