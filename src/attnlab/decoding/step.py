@@ -43,9 +43,10 @@ class CausalLMStepper:
         self.caches = None
 
     def _run(self, new: Tensor) -> Tensor:
-        if not self.use_cache:
-            return self.model(self.tokens)[:, -1]
-        return self.model(new, self.caches)[:, -1]
+        ids, caches = (new, self.caches) if self.use_cache else (self.tokens, None)
+        # Only the last position's logits are needed: the head runs on one row per sequence instead of all T
+        # (a prefill of T tokens, or every recompute step, would otherwise build (B, T, V) logits).
+        return self.model.lm_head(self.model.hidden_states(ids, caches)[:, -1])
 
     def prefill(self, prefix: Tensor) -> Tensor:
         self.tokens = prefix[:, -self.model.max_len :]

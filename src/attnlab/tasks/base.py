@@ -39,6 +39,23 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def build_adamw(model: nn.Module, optimizer_cfg: dict, precision: Any = None) -> torch.optim.AdamW:
+    """AdamW over :func:`param_groups`, with the fused kernel where it is allowed.
+
+    Fused (one kernel over every parameter instead of ~12 tensor ops per parameter): measured 3-5x faster
+    optimizer steps on CPU (bench P1 "optimizations"). Not under fp16 mixed precision: Lightning refuses gradient
+    clipping with an optimizer that unscales gradients itself, which a fused AdamW does with a GradScaler.
+    """
+    cfg = dict(optimizer_cfg)
+    wd = cfg.pop("weight_decay")
+    cfg["betas"] = tuple(cfg["betas"])
+    params = [p for p in model.parameters() if p.requires_grad]
+    fp16 = str(precision).startswith("16") or str(precision) == "half"
+    supported = all(p.is_floating_point() and p.device.type in ("cpu", "cuda", "mps", "xpu") for p in params)
+    cfg.setdefault("fused", bool(params) and supported and not fp16)
+    return torch.optim.AdamW(param_groups(model, wd), **cfg)
+
+
 def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
     """LR multiplier: linear warm-up from 0 to 1 over ``warmup`` steps, then cosine down to ``min_ratio``."""
     if warmup > 0 and step < warmup:
@@ -86,10 +103,7 @@ class Task(L.LightningModule):
         checkpoint["task_class"] = f"{type(self).__module__}.{type(self).__qualname__}"
 
     def configure_optimizers(self):
-        cfg = dict(self.optimizer_cfg)
-        wd = cfg.pop("weight_decay")
-        cfg["betas"] = tuple(cfg["betas"])
-        opt = torch.optim.AdamW(param_groups(self.net, wd), **cfg)
+        opt = build_adamw(self.net, self.optimizer_cfg, getattr(self.trainer, "precision", None))
         s = self.scheduler_cfg
         total = s["total_steps"] or int(self.trainer.estimated_stepping_batches)
         schedule = torch.optim.lr_scheduler.LambdaLR(
