@@ -129,3 +129,16 @@ def hf_available() -> bool:
         return True
     except ImportError:
         return False
+
+
+_PEAKS: dict = {}
+
+
+def matmul_peak(dtype: torch.dtype) -> float:
+    """The best of three ``measure_matmul_peak`` calls (the same function ThroughputMonitor uses), cached: one
+    call on a loaded machine can catch a bad moment and read low, which would inflate every MFU."""
+    from attnlab.callbacks.throughput import measure_matmul_peak
+
+    if dtype not in _PEAKS:
+        _PEAKS[dtype] = max(measure_matmul_peak(dtype, "cpu") for _ in range(3))
+    return _PEAKS[dtype]

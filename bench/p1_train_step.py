@@ -17,11 +17,10 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from attnlab.callbacks.throughput import measure_matmul_peak
 from attnlab.tasks.base import build_adamw
 from attnlab.tasks.causal_lm import lm_loss
 
-from .common import Table, alternate, fast_bf16, hf_available, median, spread
+from .common import Table, alternate, fast_bf16, hf_available, matmul_peak, median, spread
 from .models import ISSUE_SHAPE, hf_gpt2, ours, token_batch
 
 OPT_CFG = {"lr": 3e-4, "betas": (0.9, 0.95), "weight_decay": 0.1, "eps": 1e-8}
@@ -75,7 +74,7 @@ def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
     for precision, batch in configs(quick):
         bf16 = precision == "bf16"
         dtype = torch.bfloat16 if bf16 else torch.float32
-        peak = measure_matmul_peak(dtype, "cpu")
+        peak = matmul_peak(dtype)
         ids, labels = token_batch(batch, seq, shape.vocab)
         m = ours(shape)
         fpt = m.flops_per_token(seq)

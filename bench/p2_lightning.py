@@ -27,7 +27,7 @@ from attnlab.paths import CONF_DIR
 from attnlab.tasks.base import build_adamw, build_net, warmup_cosine
 from attnlab.tasks.causal_lm import lm_loss
 
-from .common import Table, median, spread
+from .common import Table, matmul_peak, median, spread
 
 
 class StepTimer(L.Callback):
@@ -67,12 +67,17 @@ def compose_cfg(overrides: list[str], out_dir: str):
 def quiet():
     """Keep the run's progress bar and log lines out of the bench's tables (they still run and cost time)."""
     with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
-        level = logging.getLogger("lightning").level
-        logging.getLogger("lightning").setLevel(logging.ERROR)
+        # Lightning's loggers keep handlers bound to the real stderr: raise their levels for the run
+        names = ["lightning", "lightning.pytorch", "lightning.fabric", "attnlab"] + [
+            n for n in logging.root.manager.loggerDict if n.startswith(("lightning.", "attnlab."))]
+        levels = {n: logging.getLogger(n).level for n in names}
+        for n in names:
+            logging.getLogger(n).setLevel(logging.ERROR)
         try:
             yield
         finally:
-            logging.getLogger("lightning").setLevel(level)
+            for n, lv in levels.items():
+                logging.getLogger(n).setLevel(lv)
 
 
 def _steady(ends: list[float], warm: int) -> float:
@@ -104,7 +109,8 @@ def measure(quick: bool, repeats: int, peak_flops: float) -> dict:
                     results["external"].append(timer)
                     results["monitor"] += [w for w in timer.monitor[1:]]  # the first window holds warm-up
                 else:
-                    results["plain"].append(_steady(plain_loop(cfg, steps), warm))
+                    with quiet():
+                        results["plain"].append(_steady(plain_loop(cfg, steps), warm))
                 torch.set_num_threads(threads)  # in case anything changed it
     seq = cfg.data.seq_len
     net = build_net(cfg.model.net)
@@ -140,12 +146,6 @@ def plain_loop(cfg, steps: int) -> list[float]:
     return ends
 
 
-def peak() -> float:
-    from attnlab.callbacks.throughput import measure_matmul_peak
-
-    return measure_matmul_peak(torch.float32, "cpu")
-
-
 def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
     res = measure(quick, repeats or (2 if quick else 3), peak_cached())
     tok = res["batch"] * res["seq"]
@@ -160,6 +160,5 @@ def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
     return [table]
 
 
-@functools.cache
 def peak_cached() -> float:
-    return peak()
+    return matmul_peak(torch.float32)

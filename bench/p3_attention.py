@@ -2,14 +2,13 @@
 
 One ``MultiHeadAttention`` (d=384, 6 heads, causal, batch 1), forward only (inference / the attention-map pass;
 the explicit path only runs when weights are asked for). Time: alternated, median. Peak memory: the largest
-resident memory the call adds (high-water RSS of a forked child minus its RSS at the start; CPU has no
+resident memory the call adds (the kernel's high-water RSS, reset just before, minus the RSS then; CPU has no
 ``max_memory_allocated``), so the input and the module's weights are not counted. Linux only.
 """
 
 from __future__ import annotations
 
-import os
-import resource
+import ctypes
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -21,26 +20,27 @@ from .common import Table, alternate, median
 D, H = 384, 6
 
 
+def _status_kib(field: str) -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
 def peak_bytes(fn) -> int:
-    """Peak resident memory added by ``fn()``, measured in a forked child: its high-water RSS (which starts at
-    the parent's RSS at the fork) minus the RSS before the call. Real process memory, allocator included."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: measure, report, leave without running the parent's atexit handlers
-        try:
-            os.close(r)
-            base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            out = fn()
-            del out
-            grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base
-            os.write(w, str(grown * 1024).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        text = f.read()
-    os.waitpid(pid, 0)
-    return int(text) if text else -1
+    """Peak resident memory that ``fn()`` adds: freed heap is first returned to the OS (``malloc_trim``), the
+    kernel's high-water mark is reset to the current RSS (``/proc/self/clear_refs`` 5), then VmHWM − VmRSS.
+    Real process memory, allocator included; -1 where Linux's /proc or glibc is missing."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        base = _status_kib("VmRSS")
+    except (OSError, KeyError):
+        return -1
+    out = fn()
+    del out
+    return (_status_kib("VmHWM") - base) * 1024
 
 
 def available_bytes() -> int | None:
@@ -85,8 +85,7 @@ def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
         t_max = int(T * (avail / b) ** 0.5)
         table.notes.append(
             f"Explicit path: every length above fitted; at the last doubling its memory grew "
-            f"{growth_last['explicit']}× (quadratic: 4), the fast path's {growth_last['fast']}× (linear: 2; small T "
-            f"is allocator noise, the forked child reuses freed heap). With "
+            f"{growth_last['explicit']}× (quadratic: 4), the fast path's {growth_last['fast']}× (linear: 2). With "
             f"{avail / 2**30:.1f} GiB available now it would stop fitting near T≈{t_max:,} (batch 1; ÷√B for "
             f"batch B), projected from the T={T} peak.")
     return [table]

@@ -44,9 +44,7 @@ class CausalLMStepper:
 
     def _run(self, new: Tensor) -> Tensor:
         ids, caches = (new, self.caches) if self.use_cache else (self.tokens, None)
-        # Only the last position's logits are needed: the head runs on one row per sequence instead of all T
-        # (a prefill of T tokens, or every recompute step, would otherwise build (B, T, V) logits).
-        return self.model.lm_head(self.model.hidden_states(ids, caches)[:, -1])
+        return self.model(ids, caches, last_only=True)[:, -1]  # the head on one position, not all T
 
     def prefill(self, prefix: Tensor) -> Tensor:
         self.tokens = prefix[:, -self.model.max_len :]
