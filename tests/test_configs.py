@@ -54,7 +54,7 @@ ACTS = {"relu": torch.nn.ReLU, "gelu": torch.nn.GELU, "swiglu": torch.nn.SiLU}
 
 @pytest.mark.parametrize("norm,ffn,moe", list(itertools.product(NORMS, ACTS, ["off", "on"])))
 def test_block_groups_reach_every_block(norm, ffn, moe, tmp_path):
-    cfg = compose_train([f"norm={norm}", f"ffn={ffn}", f"moe={moe}", "model.net.n_layers=3"], tmp_path)
+    cfg = compose_train(["model=causal_lm", f"norm={norm}", f"ffn={ffn}", f"moe={moe}", "model.net.n_layers=3"], tmp_path)
     net = build_model(cfg.model).net
     assert len(net.blocks) == 3
     norm_type, placement = NORMS[norm]
@@ -72,7 +72,7 @@ def test_block_groups_reach_every_block(norm, ffn, moe, tmp_path):
 
 
 def test_group_override_for_a_model_not_built_from_it_is_refused(tmp_path):
-    cfg = compose_train(["model.uses_groups=[pos]", "norm=rms"], tmp_path)
+    cfg = compose_train(["model=causal_lm", "model.uses_groups=[pos]", "norm=rms"], tmp_path)
     with pytest.raises(ConfigError, match="norm= does not apply to model=causal_lm"):
         check_block_groups(cfg, ["model.uses_groups=[pos]", "norm=rms"])
     check_block_groups(cfg, ["pos=rotary"])  # a group it uses is fine
@@ -86,7 +86,7 @@ def test_cli_unknown_option_lists_choices():
 
 
 def test_cli_inapplicable_group_gets_one_line_error(tmp_path):
-    out = run_cli(["model.uses_groups=[pos]", "ffn=swiglu", f"hydra.run.dir={tmp_path}/run"], timeout=120)
+    out = run_cli(["model=causal_lm", "model.uses_groups=[pos]", "ffn=swiglu", f"hydra.run.dir={tmp_path}/run"], timeout=120)
     assert out.returncode == 2
     assert "ffn= does not apply to model=causal_lm" in out.stdout
     assert not (tmp_path / "run" / "checkpoints").exists()

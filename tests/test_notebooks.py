@@ -21,7 +21,7 @@ def fast_run(tmp_path_factory, cache_dir) -> Path:
     run_dir = tmp_path_factory.mktemp("nb") / "run"
     env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
     env.pop("PYTEST_XDIST_WORKER", None)
-    proc = subprocess.run([sys.executable, "train.py", "debug=fast", "logger=csv", f"hydra.run.dir={run_dir}"],
+    proc = subprocess.run([sys.executable, "train.py", "model=causal_lm", "debug=fast", "logger=csv", f"hydra.run.dir={run_dir}"],
                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:]

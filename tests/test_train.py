@@ -12,7 +12,7 @@ from helpers import compose_train, run_cli
 
 from attnlab.train import build_model, run
 
-FAST = ["debug=fast", "logger=csv"]
+FAST = ["model=causal_lm", "debug=fast", "logger=csv"]
 
 
 def read_csv_metrics(run_dir: Path) -> list[dict]:
@@ -67,7 +67,7 @@ def test_ddp_cpu_single_run(tmp_path, cache_dir):
 def test_ddp_cpu_inside_multirun_with_wandb_offline(tmp_path, cache_dir):
     """Two DDP jobs in one sweep: two job dirs, rank 1 in each, one offline W&B run per job with attention maps."""
     sweep = tmp_path / "sweep"
-    out = run_cli(["-m", "debug=fast", "trainer=ddp_cpu", "norm=pre,rms", f"hydra.sweep.dir={sweep}"], cache_dir)
+    out = run_cli(["-m", "model=causal_lm", "debug=fast", "trainer=ddp_cpu", "norm=pre,rms", f"hydra.sweep.dir={sweep}"], cache_dir)
     assert out.returncode == 0, out.stdout[-3000:]
     assert out.stdout.count("Launching 2 jobs") == 1  # no child re-ran the sweep
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]
@@ -95,7 +95,7 @@ def test_compile_true_trains_and_checkpoints_only_the_net(tmp_path, cache_dir):
 
 
 def test_optuna_search_runs_trials(tmp_path, cache_dir):
-    out = run_cli(["-m", "hparams_search=lm_optuna", "debug=fast", "logger=csv", "hydra.sweeper.n_trials=2",
+    out = run_cli(["-m", "hparams_search=lm_optuna", "model=causal_lm", "debug=fast", "logger=csv", "hydra.sweeper.n_trials=2",
                    "hydra.sweeper.sampler.n_startup_trials=1", f"hydra.sweep.dir={tmp_path}/sweep"], cache_dir)
     assert out.returncode == 0, out.stdout[-3000:]
     assert "Best value:" in out.stdout
@@ -133,7 +133,7 @@ def test_ddp_equals_single_process_with_doubled_batch(tmp_path, cache_dir):
     Tolerance: the only difference is the order of float additions in gloo's all-reduce, so after 6 AdamW steps
     parameters agree to 1e-5 (absolute) and the final validation loss to 1e-4.
     """
-    common = ["debug=fast", "logger=csv", "model.net.dropout=0.0", "test=false", "trainer.limit_train_batches=6",
+    common = ["model=causal_lm", "debug=fast", "logger=csv", "model.net.dropout=0.0", "test=false", "trainer.limit_train_batches=6",
               "trainer.limit_val_batches=4", "callbacks.attention_maps=null"]
     single = run_cli(common + ["data.batch_size=8", f"hydra.run.dir={tmp_path}/single"], cache_dir)
     assert single.returncode == 0, single.stdout[-3000:]
@@ -152,7 +152,7 @@ def test_ddp_equals_single_process_with_doubled_batch(tmp_path, cache_dir):
 
 
 def _params_at_init(tmp_path: Path, cache_dir: str) -> dict[str, torch.Tensor]:
-    cfg = compose_train(["debug=fast", "model.net.dropout=0.0"], tmp_path / "init", cache_dir)
+    cfg = compose_train(["model=causal_lm", "debug=fast", "model.net.dropout=0.0"], tmp_path / "init", cache_dir)
     L.seed_everything(cfg.seed)
     return {f"net.{k}": v for k, v in build_model(cfg.model).net.state_dict().items()}
 

@@ -15,6 +15,8 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from .checkpoints import CheckpointError
+from .checkpoints import load_task as load_checkpoint
 from .data.tokenizer import BPETokenizer
 from .paths import CONF_DIR
 
@@ -22,16 +24,11 @@ log = logging.getLogger(__name__)
 
 
 def load_task(ckpt_path: str | Path, device: str = "cpu"):
-    """(task, tokenizer) from a checkpoint written by train.py; one-line errors for a wrong file."""
-    path = Path(ckpt_path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path.resolve()}")
-    ckpt = torch.load(path, map_location=device, weights_only=False)
-    if "task_class" not in ckpt or "tokenizer" not in ckpt:
-        raise ValueError(f"{path} is not a language-model checkpoint written by attnlab's train.py")
-    task_cls = hydra.utils.get_class(ckpt["task_class"])
-    task = task_cls.load_from_checkpoint(path, map_location=device, weights_only=False)
-    return task.eval(), BPETokenizer.from_str(ckpt["tokenizer"])
+    """(task, tokenizer) from a language-model checkpoint written by train.py; one-line errors for a wrong file."""
+    from .tasks.causal_lm import CausalLMTask
+
+    task, ckpt = load_checkpoint(ckpt_path, CausalLMTask, "language-model", device)
+    return task, BPETokenizer.from_str(ckpt["tokenizer"])
 
 
 def sample_texts(task, tokenizer: BPETokenizer, prompt: str, *, num_samples: int, max_new_tokens: int,
@@ -50,7 +47,7 @@ def sample_texts(task, tokenizer: BPETokenizer, prompt: str, *, num_samples: int
 def _main(cfg: DictConfig) -> None:
     try:
         task, tokenizer = load_task(cfg.ckpt_path, cfg.device)
-    except (FileNotFoundError, ValueError) as e:
+    except CheckpointError as e:
         log.error(str(e))
         sys.exit(2)
     texts = sample_texts(task, tokenizer, cfg.prompt, num_samples=cfg.num_samples,

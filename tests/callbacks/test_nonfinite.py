@@ -158,7 +158,7 @@ def test_every_n_steps_leaves_unchecked_steps_alone(tmp_path):
 
 def test_real_lm_with_a_huge_learning_rate_stops_at_the_first_nan(tmp_path, cache_dir):
     """train.py's config with the guard added: lr=1e10 makes step 1's loss NaN; last.ckpt stays at step 1."""
-    cfg = compose_train(["debug=fast", "logger=csv", "callbacks=[default,nonfinite]", "callbacks.rich_progress_bar=null",
+    cfg = compose_train(["model=causal_lm", "debug=fast", "logger=csv", "callbacks=[default,nonfinite]", "callbacks.rich_progress_bar=null",
                          "trainer.enable_progress_bar=false", "test=false", "model.optimizer.lr=1e10",
                          "callbacks.model_checkpoint.monitor=null", "callbacks.model_checkpoint.save_top_k=0",
                          "+callbacks.model_checkpoint.every_n_train_steps=1"], tmp_path, cache_dir)

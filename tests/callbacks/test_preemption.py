@@ -131,7 +131,7 @@ def test_arguments():
 # ----------------------------------------------------------------------------------------------------------------
 # `callbacks=[default,preemption]` adds conf/callbacks/preemption.yaml to the chosen group (`+callbacks=preemption`
 # is refused: the group already has a value); it stays valid once default.yaml lists preemption itself.
-RUN = ["debug=fast", "logger=csv", "callbacks=[default,preemption]", "callbacks.rich_progress_bar=null",
+RUN = ["model=causal_lm", "debug=fast", "logger=csv", "callbacks=[default,preemption]", "callbacks.rich_progress_bar=null",
        "trainer.enable_progress_bar=false", "trainer.max_epochs=50", "trainer.limit_train_batches=1000", "test=false"]
 LINE = re.compile(r"received (SIG\w+) at step (\d+): checkpoint written to (\S+); exiting")
 

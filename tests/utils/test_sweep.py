@@ -8,7 +8,7 @@ from helpers import run_cli
 def test_failing_job_is_isolated_and_summarized(tmp_path, cache_dir):
     sweep = tmp_path / "sweep"
     # job 0 cannot be built (d_model 32 is not divisible by 3 heads); job 1 is fine
-    out = run_cli(["-m", "debug=fast", "logger=csv", "model.net.n_heads=3,2", f"hydra.sweep.dir={sweep}"], cache_dir)
+    out = run_cli(["-m", "model=causal_lm", "debug=fast", "logger=csv", "model.net.n_heads=3,2", f"hydra.sweep.dir={sweep}"], cache_dir)
     assert out.returncode == 1  # the sweep as a whole reports the failure
     assert (sweep / "1" / "checkpoints" / "last.ckpt").is_file()  # the other job ran to the end
     summary = (sweep / "sweep_summary.md").read_text()
@@ -22,7 +22,7 @@ def test_failing_job_is_isolated_and_summarized(tmp_path, cache_dir):
 
 def test_config_error_in_sweep_is_one_line(tmp_path, cache_dir):
     sweep = tmp_path / "sweep"
-    out = run_cli(["-m", "debug=fast", "logger=csv", "model.uses_groups=[pos]", "norm=pre,rms",
+    out = run_cli(["-m", "model=causal_lm", "debug=fast", "logger=csv", "model.uses_groups=[pos]", "norm=pre,rms",
                    f"hydra.sweep.dir={sweep}"], cache_dir, timeout=120)
     assert out.returncode == 1
     summary = (sweep / "sweep_summary.md").read_text()

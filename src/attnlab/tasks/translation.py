@@ -1,0 +1,242 @@
+"""Translation task: one LightningModule for every sequence-to-sequence net (transformer, RNN, with copy).
+
+The net contract (a plain ``nn.Module``)::
+
+    net.vocab_size                                    int
+    net(src, src_mask, tgt_in) -> scores (B, T, V')    teacher forcing; logits or normalized log-probs, V' ≥ V
+    net.stepper(src, src_mask, use_cache=True)        a decoding.Stepper whose prefix starts with <bos>
+    net.per_step_sampling (optional, bool)            the net does scheduled sampling itself:
+                                                      net(src, src_mask, tgt_in, sampling_ratio=r)
+    net.max_len (optional)                            longest target the net can decode
+
+Training: cross-entropy with label smoothing over real target tokens (``F.cross_entropy`` is right for logits and
+for log-probs alike: log-softmax leaves normalized log-probs unchanged), MoE auxiliary losses, scheduled sampling
+(per step inside the net, or two passes here; see :mod:`attnlab.decoding.scheduled_sampling`).
+
+Validation / test: the plain loss (no smoothing), then the model *translates* the batch (greedy or beam search,
+``decoding.val`` / ``decoding.test``) and BLEU, chrF (sacrebleu's definitions, via torchmetrics), exact match
+and exact match per source-length bucket are computed on detokenized text. Each validation also writes a table
+of a few fixed sentences (source / reference / hypothesis) to W&B and to ``<run>/translations/``, and the
+attention-map callback draws encoder, decoder and cross-attention maps of one fixed pair.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.loggers import WandbLogger
+from torch import Tensor
+from torchmetrics import MeanMetric
+
+from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
+from ..decoding import beam_search
+from ..decoding.scheduled_sampling import SamplingSchedule, mix_predictions
+from ..metrics.translation import TranslationMetrics
+from ..modules.attention import is_attention_module
+from .base import Task, to_container
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DECODING = {"beam_size": 1, "length_penalty": 1.0, "max_len_a": 2.0, "max_len_b": 10, "n_best": 1}
+
+
+def decode_text(tokenizer: BPETokenizer, ids: Sequence[int] | Tensor) -> str:
+    """Text of generated ids: cut at the first <eos>, special tokens dropped."""
+    ids = [int(i) for i in (ids.tolist() if isinstance(ids, Tensor) else ids)]
+    if EOS_ID in ids:
+        ids = ids[: ids.index(EOS_ID)]
+    return tokenizer.decode(ids, skip_special=True).strip()
+
+
+class TranslationTask(Task):
+    """Args:
+    label_smoothing: ε of the training loss (Szegedy et al. 2016; 0.1 in Vaswani et al.).
+    scheduled_sampling: :class:`SamplingSchedule` fields (``schedule: none`` = teacher forcing).
+    decoding: ``{"val": {...}, "test": {...}}`` with ``beam_size``, ``length_penalty``, ``max_len_a``,
+        ``max_len_b`` (max new tokens = a · source length + b), ``n_best``.
+    decode_val_batches: translate only the first N validation batches (None: all); the loss uses all.
+    table_size: sentences in the per-validation translation table.
+    attention_tokens: ignored (``debug=fast`` sets it for every model).
+    """
+
+    def __init__(self, net, optimizer=None, scheduler=None, compile: bool = False, label_smoothing: float = 0.1,
+                 scheduled_sampling: dict | None = None, decoding: dict | None = None,
+                 decode_val_batches: int | None = None, table_size: int = 8, attention_tokens: int | None = None):
+        super().__init__(net, optimizer, scheduler, compile)
+        self.label_smoothing = label_smoothing
+        self.sampling = SamplingSchedule(**(to_container(scheduled_sampling) or {}))
+        decoding = to_container(decoding) or {}
+        unknown = set(decoding) - {"val", "test"}
+        if unknown:
+            raise ValueError(f"decoding has keys val and test only, got {sorted(unknown)}")
+        self.decoding = {s: {**DEFAULT_DECODING, **(decoding.get(s) or {})} for s in ("val", "test")}
+        self.decode_val_batches = decode_val_batches
+        self.table_size = table_size
+        self.val_loss, self.test_loss = MeanMetric(), MeanMetric()
+        self.tokenizer: BPETokenizer | None = None
+        self.bucket_names: list[str] = []
+        self.src_eos = True
+        self.last_table: list[tuple[str, str, str]] = []
+
+    # --- setup: the data decides tokenizer and buckets ----------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        dm = self.trainer.datamodule
+        self.tokenizer, self.bucket_names = dm.tokenizer, list(dm.bucket_names)
+        self.src_eos = bool(dm.hparams.src_eos)
+        if dm.vocab_size > self.net.vocab_size:
+            raise ValueError(f"the tokenizer has {dm.vocab_size} tokens but the model only {self.net.vocab_size}: "
+                             "raise data.vocab_size's cap or model.net.vocab_size")
+        if not hasattr(self, "val_metrics"):
+            self.val_metrics = TranslationMetrics(len(self.bucket_names)).to(self.device)
+            self.test_metrics = TranslationMetrics(len(self.bucket_names)).to(self.device)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        super().on_save_checkpoint(checkpoint)
+        if self.tokenizer is not None:  # `translate` needs nothing but the checkpoint
+            checkpoint["tokenizer"] = self.tokenizer.to_str()
+            checkpoint["translation"] = {"src_eos": self.src_eos, "bucket_names": self.bucket_names}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if "tokenizer" in checkpoint:
+            self.tokenizer = BPETokenizer.from_str(checkpoint["tokenizer"])
+            meta = checkpoint.get("translation", {})
+            self.src_eos, self.bucket_names = meta.get("src_eos", True), list(meta.get("bucket_names", []))
+
+    # --- loss -------------------------------------------------------------------------------------------------
+    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, **kwargs) -> Tensor:
+        return self._forward(src, src_mask, tgt_in, **kwargs)
+
+    def _loss(self, scores: Tensor, tgt_out: Tensor, smoothing: float) -> Tensor:
+        return F.cross_entropy(scores.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=PAD_ID,
+                               label_smoothing=smoothing)
+
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        src, src_mask, tgt_in = batch["src"], batch["src_mask"], batch["tgt_in"]
+        ratio = self.sampling.sampling_ratio(self.global_step)
+        if getattr(self.net, "per_step_sampling", False):
+            scores = self(src, src_mask, tgt_in, sampling_ratio=ratio)
+        else:
+            if ratio > 0:  # two passes: the model's own predictions replace some inputs (no gradient through them)
+                with torch.no_grad():
+                    first = self(src, src_mask, tgt_in)
+                tgt_in = mix_predictions(tgt_in, first, ratio, batch["tgt_mask"])
+            scores = self(src, src_mask, tgt_in)
+        loss = self._loss(scores, batch["tgt_out"], self.label_smoothing)
+        n = len(src)
+        self.log("train/loss", loss, on_step=True, prog_bar=True, batch_size=n)
+        if self.sampling.schedule != "none":
+            self.log("train/sampling_ratio", ratio, on_step=True, batch_size=n)
+        return self.add_moe_losses(loss, "train")
+
+    # --- translation --------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def translate_batch(self, src: Tensor, src_mask: Tensor, *, beam_size: int = 1, length_penalty: float = 1.0,
+                        max_len_a: float = 2.0, max_len_b: int = 10, n_best: int = 1):
+        """Beam search (beam 1 = greedy) -> :class:`~attnlab.decoding.beam.BeamResult` (ids without <bos>)."""
+        src_len = src_mask.sum(dim=1)
+        limits = (max_len_a * src_len.float() + max_len_b).long().clamp(min=1)
+        max_len = getattr(self.net, "max_len", None)
+        if max_len is not None:
+            limits = limits.clamp(max=max_len - 1)  # <bos> takes one position
+        prefix = torch.full((src.shape[0], 1), BOS_ID, dtype=torch.long, device=src.device)
+        return beam_search(self.net.stepper(src, src_mask), prefix, beam_size=beam_size, max_len_a=1.0,
+                           max_len_b=0, src_lengths=limits, eos_id=EOS_ID, length_penalty=length_penalty,
+                           n_best=n_best, vocab_size=self.net.vocab_size)
+
+    def translate_texts(self, src: Tensor, src_mask: Tensor, **decoding) -> tuple[list[str], Tensor]:
+        """Best translation of each row as text, and its summed log-probability (B,)."""
+        result = self.translate_batch(src, src_mask, **decoding)
+        return [decode_text(self.tokenizer, ids) for ids in result.best], result.logprobs[:, 0]
+
+    # --- validation and test ------------------------------------------------------------------------------------
+    def _eval_step(self, batch: dict, batch_idx: int, stage: str) -> None:
+        scores = self(batch["src"], batch["src_mask"], batch["tgt_in"])
+        n_tokens = batch["tgt_mask"].sum()
+        loss_metric = self.val_loss if stage == "val" else self.test_loss
+        loss_metric.update(self._loss(scores, batch["tgt_out"], 0.0), weight=n_tokens)
+        self.log(f"{stage}/loss", loss_metric, on_epoch=True, prog_bar=True, batch_size=len(batch["src"]))
+        self.add_moe_losses(scores.new_zeros(()), stage)
+        if stage == "val" and self.decode_val_batches is not None and batch_idx >= self.decode_val_batches:
+            return
+        hyps, logprob = self.translate_texts(batch["src"], batch["src_mask"], **self.decoding[stage])
+        metrics = self.val_metrics if stage == "val" else self.test_metrics
+        metrics.update(hyps, batch["tgt_text"], batch["bucket"])
+        self.log(f"{stage}/logprob", logprob.mean(), on_epoch=True, batch_size=len(hyps))
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch, batch_idx, "val")
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch, batch_idx, "test")
+
+    def _log_metrics(self, stage: str) -> None:
+        metrics = self.val_metrics if stage == "val" else self.test_metrics
+        if metrics.exact.update_count == 0 and not self.trainer.world_size > 1:
+            return
+        for k, v in metrics.compute(self.bucket_names).items():
+            if not torch.isnan(v):  # a bucket without sentences has no accuracy
+                self.log(f"{stage}/{k}", v, prog_bar=k in ("bleu", "exact_match"), sync_dist=True)
+        metrics.reset()
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_metrics("val")
+        if not self.trainer.sanity_checking and self.trainer.is_global_zero:
+            self._log_table()
+
+    def on_test_epoch_end(self) -> None:
+        self._log_metrics("test")
+
+    def _table_batch(self) -> dict:
+        """A few validation pairs spread over the (length-sorted) split, the same ones every time."""
+        from ..data.translation_datamodule import collate
+
+        ds = self.trainer.datamodule.val_dataset
+        n = min(self.table_size, len(ds))
+        order = sorted(range(len(ds)), key=lambda i: (int(ds.src_lens[i]), i))
+        picks = [order[round(j * (len(ds) - 1) / max(1, n - 1))] for j in range(n)]
+        return collate([ds[i] for i in picks])
+
+    def _log_table(self) -> None:
+        if self.table_size <= 0:
+            return
+        batch = self._table_batch()
+        was_training = self.net.training
+        self.net.eval()
+        try:
+            hyps, _ = self.translate_texts(batch["src"].to(self.device), batch["src_mask"].to(self.device),
+                                           **self.decoding["val"])
+        finally:
+            self.net.train(was_training)
+        self.last_table = list(zip(batch["src_text"], batch["tgt_text"], hyps))
+        out = Path(self.trainer.default_root_dir) / "translations" / (
+            f"epoch{self.current_epoch:03d}-step{self.global_step:06d}.tsv")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("source\treference\thypothesis\n" + "".join("\t".join(r) + "\n" for r in self.last_table))
+        for lg in self.trainer.loggers:
+            if isinstance(lg, WandbLogger):
+                lg.log_table(key="val/translations", columns=["source", "reference", "hypothesis"],
+                             data=[list(r) for r in self.last_table], step=self.global_step)
+
+    # --- protocols used by callbacks (attention maps, throughput) -----------------------------------------------
+    def tokens_in_batch(self, batch: dict) -> int:
+        return batch["src"].numel() + batch["tgt_in"].numel()
+
+    def attention_sample(self) -> dict:
+        pair = self.trainer.datamodule.example_pair()
+        tok = self.tokenizer
+        src = [tok.id_to_token(int(i)) for i in pair["src"][0]]
+        tgt = [tok.id_to_token(int(i)) for i in pair["tgt_in"][0]]
+        labels = {"net.encoder": (src, src), "net.decoder": (tgt, tgt)}
+        for name, m in self.named_modules():
+            if "cross_attn" in name and is_attention_module(m):
+                labels[name] = (tgt, src)
+        inputs = {"src": pair["src"], "src_mask": pair["src_mask"], "tgt_in": pair["tgt_in"]}
+        return {"inputs": inputs, "y_labels": tgt, "x_labels": src, "labels": labels}
+
+    def attention_forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
+        return self.net(src, src_mask, tgt_in)

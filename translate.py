@@ -1,0 +1,6 @@
+"""`echo "twenty-one" | python translate.py ckpt=...` — translate with a trained checkpoint (see README.md)."""
+
+from attnlab.translate import main
+
+if __name__ == "__main__":
+    main()
