@@ -7,6 +7,8 @@ median: on a shared machine the load drifts over seconds, and alternating gives 
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
+import importlib.util
 import os
 import platform
 import statistics
@@ -105,11 +107,9 @@ def machine_info() -> dict[str, str]:
         "torch": torch.__version__,
         "python": platform.python_version(),
     }
-    try:
-        import transformers
-
-        info["transformers"] = transformers.__version__
-    except ImportError:
+    try:  # the version without importing it (seconds)
+        info["transformers"] = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
         info["transformers"] = "not installed (pip install -e '.[bench]')"
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
@@ -123,12 +123,7 @@ def fast_bf16() -> bool:
 
 
 def hf_available() -> bool:
-    try:
-        import transformers  # noqa: F401
-
-        return True
-    except ImportError:
-        return False
+    return importlib.util.find_spec("transformers") is not None
 
 
 _PEAKS: dict = {}
