@@ -90,7 +90,8 @@ def measure(quick: bool, repeats: int, peak_flops: float) -> dict:
     from attnlab import train
 
     batch, steps, warm = (8, 6, 2) if quick else (32, 10, 3)
-    overrides = ["model=causal_lm", "trainer=cpu", "logger=csv", f"data.batch_size={batch}", f"trainer.max_steps={steps}",
+    overrides = ["model=causal_lm", "trainer=cpu", "logger=csv", f"data.batch_size={batch}",
+                 f"trainer.max_steps={steps}",
                  "+trainer.limit_val_batches=0", "trainer.num_sanity_val_steps=0", "test=false",
                  "callbacks.throughput.log_every_n_steps=2", f"callbacks.throughput.peak_flops={peak_flops}"]
     results = {"lightning": [], "plain": [], "monitor": [], "external": []}

@@ -20,10 +20,12 @@ def test_fused_on_cpu_and_groups():
     assert no_decay["weight_decay"] == 0.0 and all(p.dim() < 2 for p in no_decay["params"])
 
 
-def test_not_fused_under_fp16_mixed():
-    # Lightning refuses gradient clipping with an optimizer that unscales its gradients itself (fused + scaler)
+def test_not_fused_under_mixed_precision():
+    # Lightning's mixed-precision plugin refuses gradient clipping with an optimizer that says it unscales its
+    # gradients itself, as a fused AdamW does (tests/test_train.py's bf16-mixed run clips at 1.0)
     assert not build_adamw(_net(), CFG, "16-mixed").defaults["fused"]
-    assert build_adamw(_net(), CFG, "bf16-mixed").defaults["fused"]
+    assert not build_adamw(_net(), CFG, "bf16-mixed").defaults["fused"]
+    assert build_adamw(_net(), CFG, "bf16-true").defaults["fused"]
 
 
 def test_fused_steps_like_the_for_loop_adamw():

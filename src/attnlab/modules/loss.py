@@ -29,7 +29,8 @@ class _FusedLinearCE(torch.autograd.Function):
         hd = h.to(dtype)
         need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
         grad_h = torch.empty_like(hd) if ctx.needs_input_grad[0] else None
-        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if ctx.needs_input_grad[1] else None
+        grad_w = (torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+                  if ctx.needs_input_grad[1] else None)
         total = torch.zeros((), dtype=torch.float32, device=h.device)
         for s in range(0, h.shape[0], chunk):
             hc, yc, vc = hd[s : s + chunk], labels[s : s + chunk], valid[s : s + chunk]
@@ -46,7 +47,10 @@ class _FusedLinearCE(torch.autograd.Function):
                 if grad_h is not None:
                     grad_h[s : s + chunk] = g @ w
                 if grad_w is not None:
-                    grad_w.addmm_(g.t().float() if dtype != torch.float32 else g.t(), hc.float())
+                    if dtype == torch.float32:
+                        grad_w.addmm_(g.t(), hc)
+                    else:  # the matmul in the autocast dtype (fast kernels), summed over chunks in fp32
+                        grad_w.add_(g.t() @ hc)
         ctx.save_for_backward(grad_h if grad_h is not None else torch.empty(0),
                               grad_w if grad_w is not None else torch.empty(0))
         ctx.h_dtype, ctx.w_dtype = h.dtype, weight.dtype
