@@ -43,9 +43,8 @@ class CausalLMStepper:
         self.caches = None
 
     def _run(self, new: Tensor) -> Tensor:
-        if not self.use_cache:
-            return self.model(self.tokens)[:, -1]
-        return self.model(new, self.caches)[:, -1]
+        ids, caches = (new, self.caches) if self.use_cache else (self.tokens, None)
+        return self.model(ids, caches, last_only=True)[:, -1]  # the head on one position, not all T
 
     def prefill(self, prefix: Tensor) -> Tensor:
         self.tokens = prefix[:, -self.model.max_len :]

@@ -90,9 +90,11 @@ class CausalLM(nn.Module):
             x = block(x, is_causal=True, cache=caches[i] if caches else None)
         return self.final_norm(x)
 
-    def forward(self, ids: Tensor, caches: list[KVCache] | None = None) -> Tensor:
-        """ids (B, T) -> logits (B, T, V)."""
-        return self.lm_head(self.hidden_states(ids, caches))
+    def forward(self, ids: Tensor, caches: list[KVCache] | None = None, *, last_only: bool = False) -> Tensor:
+        """ids (B, T) -> logits (B, T, V); ``last_only``: (B, 1, V), the head on the last position only
+        (decoding needs no more: a prefill or a no-cache step would otherwise build all T positions' logits)."""
+        h = self.hidden_states(ids, caches)
+        return self.lm_head(h[:, -1:] if last_only else h)
 
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameters; without the embedding table (tied to the head) and additive positions, as in scaling laws."""

@@ -31,8 +31,10 @@ class KVCache:
 
     def __init__(self, batch: int, n_heads: int, head_dim: int, max_len: int, *, dtype=None, device=None):
         shape = (batch, n_heads, max_len, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        # empty, not zeros: only the first `length` positions are ever read, so zero-filling max_len positions
+        # per layer at every prefill was pure memory traffic (the fill_ in the generation profile)
+        self.k = torch.empty(shape, dtype=dtype, device=device)
+        self.v = torch.empty(shape, dtype=dtype, device=device)
         self.length = 0
 
     @property
@@ -52,9 +54,16 @@ class KVCache:
         return self.k[:, :, : self.length], self.v[:, :, : self.length]
 
     def reorder(self, index: Tensor) -> None:
-        """Select batch rows (beam search: keep the surviving hypotheses' histories)."""
-        self.k = self.k.index_select(0, index)
-        self.v = self.v.index_select(0, index)
+        """Select batch rows (beam search: keep the surviving hypotheses' histories).
+
+        Only the filled positions are copied (a beam step used to copy all ``max_len`` of them per layer).
+        """
+        self.k, self.v = self._select(self.k, index), self._select(self.v, index)
+
+    def _select(self, buf: Tensor, index: Tensor) -> Tensor:
+        out = buf.new_empty((index.shape[0], *buf.shape[1:]))
+        out[:, :, : self.length] = buf[:, :, : self.length].index_select(0, index)
+        return out
 
 
 def causal_mask(q_len: int, k_len: int, device=None) -> Tensor:

@@ -44,29 +44,36 @@ class MixtureOfExperts(nn.Module):
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """x (N, D) -> router logits (N, E) fp32, top-k expert ids (N, k), renormalized weights (N, k)."""
+        logits, _, ids, weights = self._route(x)
+        return logits, ids, weights
+
+    def _route(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         logits = self.router(x).float()  # the softmax and the z-loss want fp32 even under autocast
-        weights, ids = logits.softmax(dim=-1).topk(self.top_k, dim=-1)
+        probs = logits.softmax(dim=-1)  # also P_e of the load-balancing loss: computed once
+        weights, ids = probs.topk(self.top_k, dim=-1)
         if self.top_k == 1:  # Switch: keep p itself, else the weight is 1 and the router gets no task gradient
-            return logits, ids, weights
-        return logits, ids, weights / weights.sum(dim=-1, keepdim=True)
+            return logits, probs, ids, weights
+        return logits, probs, ids, weights / weights.sum(dim=-1, keepdim=True)
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
         flat = x.reshape(-1, shape[-1])  # (N, D)
         n, e, k = flat.shape[0], self.num_experts, self.top_k
-        logits, ids, weights = self.route(flat)
+        logits, probs, ids, weights = self._route(flat)
 
         assignment = ids.reshape(-1)  # (N·k,) expert of each (token, slot)
         order = assignment.argsort(stable=True)  # group the assignments by expert
         token = order // k  # (N·k,) token of each sorted assignment
         counts = torch.bincount(assignment, minlength=e)  # (E,)
-        chunks = flat[token].split(counts.tolist())  # one contiguous slice per expert
+        # index_select, not flat[token]: its backward is an index_add_, where advanced indexing's is a slower
+        # accumulating index_put_ on CPU
+        chunks = flat.index_select(0, token).split(counts.tolist())  # one contiguous slice per expert
         out = torch.cat([expert(chunk) for expert, chunk in zip(self.experts, chunks)])  # (N·k, D)
-        out = out * weights.reshape(-1)[order, None].to(out.dtype)
+        out = out * weights.reshape(-1).index_select(0, order)[:, None].to(out.dtype)
         y = torch.zeros(n, shape[-1], dtype=out.dtype, device=x.device).index_add_(0, token, out)
 
         fraction = counts.float() / (n * k)  # f_e
-        mean_prob = logits.softmax(dim=-1).mean(dim=0)  # P_e
+        mean_prob = probs.mean(dim=0)  # P_e
         self.aux_loss = e * (fraction * mean_prob).sum()
         self.z_loss = torch.logsumexp(logits, dim=-1).pow(2).mean()
         self.expert_fraction = fraction.detach()

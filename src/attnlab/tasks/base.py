@@ -40,6 +40,24 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def build_adamw(model: nn.Module, optimizer_cfg: dict, precision: Any = None) -> torch.optim.AdamW:
+    """AdamW over :func:`param_groups`, with the fused kernel where it is allowed.
+
+    Fused (one kernel over every parameter instead of ~12 tensor ops per parameter): measured 3-5x faster
+    optimizer steps on CPU (bench P1). Not under mixed precision (``16-mixed``, ``bf16-mixed``): Lightning's
+    mixed-precision plugin refuses gradient clipping with an optimizer that can unscale gradients itself, which a
+    fused AdamW declares (even for bf16, where there is no scaler); the default per-tensor AdamW is used there.
+    """
+    cfg = dict(optimizer_cfg)
+    wd = cfg.pop("weight_decay")
+    cfg["betas"] = tuple(cfg["betas"])
+    params = [p for p in model.parameters() if p.requires_grad]
+    mixed = "mixed" in str(precision) or str(precision) in ("16", "half")
+    supported = all(p.is_floating_point() and p.device.type in ("cpu", "cuda", "mps", "xpu") for p in params)
+    cfg.setdefault("fused", bool(params) and supported and not mixed)
+    return torch.optim.AdamW(param_groups(model, wd), **cfg)
+
+
 def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
     """LR multiplier: linear warm-up from 0 to 1 over ``warmup`` steps, then cosine down to ``min_ratio``."""
     if warmup > 0 and step < warmup:
@@ -102,10 +120,7 @@ class Task(L.LightningModule):
             self._pending_rng = None
 
     def configure_optimizers(self):
-        cfg = dict(self.optimizer_cfg)
-        wd = cfg.pop("weight_decay")
-        cfg["betas"] = tuple(cfg["betas"])
-        opt = torch.optim.AdamW(param_groups(self.net, wd), **cfg)
+        opt = build_adamw(self.net, self.optimizer_cfg, getattr(self.trainer, "precision", None))
         s = self.scheduler_cfg
         total = s["total_steps"] or int(self.trainer.estimated_stepping_batches)
         schedule = torch.optim.lr_scheduler.LambdaLR(

@@ -8,7 +8,20 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 
 from ..decoding import CausalLMStepper, generate
+from ..modules.loss import linear_cross_entropy
 from .base import Task
+
+
+def lm_loss(net, ids: Tensor, labels: Tensor) -> Tensor:
+    """Mean next-token cross-entropy of a :class:`CausalLM`, fused with its (bias-free) head when it has one.
+
+    The fused form never holds the (B·T, V) logits (see :mod:`attnlab.modules.loss`); any other net is called
+    for its logits and scored with ``F.cross_entropy``.
+    """
+    head = getattr(net, "lm_head", None)
+    if callable(getattr(net, "hidden_states", None)) and head is not None and head.bias is None:
+        return linear_cross_entropy(net.hidden_states(ids), head.weight, labels)
+    return F.cross_entropy(net(ids).flatten(0, 1), labels.flatten())
 
 
 class CausalLMTask(Task):
@@ -25,7 +38,9 @@ class CausalLMTask(Task):
         return self._forward(ids)
 
     def _nll(self, batch: dict) -> Tensor:
-        logits = self(batch["input_ids"])  # (B, T, V)
+        if self._compiled is None:  # eager: the fused head + loss (no (B·T, V) logits kept)
+            return lm_loss(self.net, batch["input_ids"], batch["labels"])
+        logits = self(batch["input_ids"])  # compiled: let the compiler see the whole graph
         return F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten())
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
