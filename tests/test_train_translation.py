@@ -13,8 +13,11 @@ import pytest
 import torch
 from helpers import compose_train
 
+from attnlab.checkpoints import load_task
 from attnlab.paths import ROOT
+from attnlab.tasks.translation import TranslationTask
 from attnlab.train import run
+from attnlab.translate import encode_sources
 
 TINY_DATA = ["data.train_size=400", "data.val_size=40", "data.test_size=40", "data.max_digits=4"]
 QUIET = ["logger=csv", "callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false"]
@@ -101,3 +104,13 @@ def test_nat_and_copy_variants_train_and_test(variant, tmp_path, cache_dir):
     else:  # the copy test split (held-out names) is tested after the test split
         assert {"copy_test/loss", "copy_test/exact_match", "copy_test/name_copied"} <= set(metrics)
         assert 0 <= metrics["copy_test/name_copied"] <= 1
+
+
+def test_beam_five_finds_translations_at_least_as_likely_as_greedy(trained, cache_dir):
+    """Over a set of sentences (not per sentence: beam search is not monotone), with the plain sum of log-probs."""
+    task, _ = load_task(trained[0] / "checkpoints" / "last.ckpt", TranslationTask, "translation")
+    src, mask = encode_sources(task, ["seven", "twenty-one", "three hundred and four", "nine thousand and twelve",
+                              "sixty-six", "one thousand one hundred", "forty", "eight hundred and eighty-eight"])
+    greedy = task.translate_batch(src, mask, beam_size=1, length_penalty=0.0).logprobs[:, 0]
+    beam = task.translate_batch(src, mask, beam_size=5, length_penalty=0.0).logprobs[:, 0]
+    assert beam.mean() >= greedy.mean() - 1e-5
