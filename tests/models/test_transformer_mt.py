@@ -75,6 +75,20 @@ def test_groups_reach_encoder_and_decoder_and_embeddings_are_tied():
     assert len(tiny(n_encoder_layers=1, n_decoder_layers=3).decoder) == 3
 
 
+def fit(net, src, mask, tgt, steps: int) -> float:
+    """Teacher-forced AdamW steps on one batch (<bos> + tgt -> tgt + <eos>); the last loss."""
+    B = len(src)
+    tgt_in = torch.cat([torch.full((B, 1), BOS), tgt], 1)
+    tgt_out = torch.cat([tgt, torch.full((B, 1), EOS)], 1)
+    opt = torch.optim.AdamW(net.parameters(), lr=3e-3)
+    for _ in range(steps):
+        loss = F.cross_entropy(net(src, mask, tgt_in).flatten(0, 1), tgt_out.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return loss.item()
+
+
 @pytest.mark.parametrize("norm", [{"kind": "layernorm", "placement": "pre"}, {"kind": "layernorm",
                                   "placement": "post"}, {"kind": "rmsnorm", "placement": "pre"}])
 def test_overfits_a_tiny_reversal_batch(norm):
@@ -84,15 +98,7 @@ def test_overfits_a_tiny_reversal_batch(norm):
     src = torch.randint(4, V, (8, 6), generator=g)
     mask = torch.ones_like(src, dtype=torch.bool)
     tgt = src.flip(1)
-    tgt_in = torch.cat([torch.full((8, 1), BOS), tgt], 1)
-    tgt_out = torch.cat([tgt, torch.full((8, 1), EOS)], 1)
-    opt = torch.optim.AdamW(net.parameters(), lr=3e-3)
-    for _ in range(200):
-        loss = F.cross_entropy(net(src, mask, tgt_in).flatten(0, 1), tgt_out.flatten())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    assert loss.item() < 0.1
+    assert fit(net, src, mask, tgt, steps=200) < 0.1
     net.eval()
     res = beam_search(net.stepper(src, mask), torch.full((8, 1), BOS), beam_size=3, max_new_tokens=8, eos_id=EOS)
     assert [r.tolist() for r in res.best] == [t + [EOS] for t in tgt.tolist()]
@@ -127,15 +133,7 @@ def _names_task(name_ids: range, n: int, seed: int):
 def test_copy_model_copies_names_never_seen_in_training():
     """Names from ids 24..31 in training, 32..39 (never seen, untrained embeddings) at test: only pointing works."""
     net = tiny(copy=True, n_layers=1).train()
-    src, mask, tgt = _names_task(range(24, 32), 64, seed=0)
-    tgt_in = torch.cat([torch.full((64, 1), BOS), tgt], 1)
-    tgt_out = torch.cat([tgt, torch.full((64, 1), EOS)], 1)
-    opt = torch.optim.AdamW(net.parameters(), lr=3e-3)
-    for _ in range(300):
-        loss = F.cross_entropy(net(src, mask, tgt_in).flatten(0, 1), tgt_out.flatten())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    fit(net, *_names_task(range(24, 32), 64, seed=0), steps=300)
     net.eval()
     src, mask, tgt = _names_task(range(32, 40), 32, seed=1)
     res = beam_search(net.stepper(src, mask), torch.full((32, 1), BOS), beam_size=1, max_new_tokens=5, eos_id=EOS)
