@@ -19,3 +19,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 def cache_dir(tmp_path_factory) -> str:
     """One data/tokenizer cache for the whole session (tokenizers take a second or two to train)."""
     return str(tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for a module of tiny-matrix tests: on a small shared CPU a second thread only contends
+    for a busy core (measured 10-30x slower). Modules opt in with ``pytestmark = pytest.mark.usefixtures(...)``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

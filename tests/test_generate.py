@@ -22,13 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "The "
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matmuls: one intra-op thread is ~10x faster than two contended ones on a small shared CPU box."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

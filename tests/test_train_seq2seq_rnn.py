@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 from helpers import compose_train, run_cli
 
 from attnlab.models.seq2seq_rnn import Seq2SeqRNN
@@ -24,14 +23,7 @@ TINY = [
 ]  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny matrices on 2 shared cores: a second intra-op thread only waits for a busy core (measured under load:
-    # ~30x slower with 2 threads than with 1 for this net).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("attention", ["none", "bahdanau"])

@@ -27,14 +27,6 @@ TINY = ["model=tts", "debug=fast", "data.num_utterances=24", "data.max_digits=2"
 
 
 @pytest.fixture(scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
 def tts_run(one_thread, tmp_path_factory, cache_dir) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("tts_run")
     cfg = compose_train([*TINY, "logger=[csv,wandb]"], out, cache_dir)

@@ -25,16 +25,9 @@ log = logging.getLogger(__name__)
 
 def encode_sources(task, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     """(src, src_mask) for raw sentences, encoded the way the model was trained (joint BPE, + <eos>)."""
-    tok = task.tokenizer
-    eos = [tok.eos_id] if task.src_eos else []
-    ids = [tok.encode(t) + eos for t in texts]
-    S = max(1, max(len(i) for i in ids))
-    src = torch.full((len(ids), S), tok.pad_id, dtype=torch.long)
-    for b, row in enumerate(ids):
-        src[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-    mask = torch.zeros_like(src, dtype=torch.bool)
-    for b, row in enumerate(ids):
-        mask[b, : len(row)] = True
+    from .data.translation_datamodule import encode_sources as encode
+
+    src, mask = encode(task.tokenizer, texts, task.src_eos)
     return src.to(task.device), mask.to(task.device)
 
 

@@ -14,12 +14,7 @@ from attnlab.decoding import BeamResult, CausalLMStepper, beam_search, generate
 from attnlab.models.causal_lm import CausalLM
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # --------------------------------------------------------------------------------------------------------------

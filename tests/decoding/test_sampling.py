@@ -14,13 +14,7 @@ V = 40
 MOE_ON = dict(name="on", enabled=True, num_experts=4, top_k=2)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matmuls: one intra-op thread is much faster than two contended ones on a small shared CPU box."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def finite_count(x: Tensor) -> Tensor:

@@ -159,15 +159,6 @@ def test_dropout_active_only_in_training():
     assert not torch.allclose(a, b)
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny matmuls: one intra-op thread is ~10x faster than two contended ones on a small shared CPU box."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_overfits_one_batch(one_thread):
     torch.manual_seed(0)
     model = CausalLM(V, d_model=64, n_layers=2, n_heads=4, max_len=32, dropout=0.0)

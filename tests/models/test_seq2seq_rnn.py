@@ -18,12 +18,7 @@ V = 24
 VARIANTS = [(c, a) for c in ("gru", "lstm") for a in ("none", "bahdanau", "luong_dot", "luong_general")]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():  # tiny matrices: a second thread only contends with the other engineers' jobs
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(cell="gru", attention="bahdanau", **kw) -> Seq2SeqRNN:

@@ -19,12 +19,7 @@ TINY = dict(vocab_size=50, d_model=32, n_heads=2, n_enc_layers=2, n_dec_layers=2
             postnet_channels=16, dropout=0.0)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: a second thread only contends on a shared 2-core box
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def batch_of(texts: list[str]) -> dict:

@@ -36,6 +36,7 @@ import lightning as L
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from attnlab.data.lm_datamodule import MidEpochResume, _EpochDataLoader, _EpochSampler
@@ -123,6 +124,16 @@ def collate(items: Sequence[dict], pad_id: int = PAD_ID, bos_id: int = BOS_ID, e
         "src_text": [it["src_text"] for it in items],
         "tgt_text": [it["tgt_text"] for it in items],
     }
+
+
+def encode_sources(tokenizer: BPETokenizer, texts: Sequence[str], src_eos: bool = True) -> tuple[Tensor, Tensor]:
+    """(src (B, S), src_mask (B, S)) for raw source sentences, encoded and padded as in training batches."""
+    eos = [tokenizer.eos_id] if src_eos else []
+    items = [{"src": torch.tensor(ids + eos, dtype=torch.long), "tgt": torch.zeros(0, dtype=torch.long),
+              "src_text": t, "tgt_text": "", "bucket": 0}
+             for t, ids in zip(texts, tokenizer.encode_batch(list(texts)))]  # fmt: skip
+    batch = collate(items, pad_id=tokenizer.pad_id)
+    return batch["src"], batch["src_mask"]
 
 
 class BatchDataset(Dataset):
@@ -404,14 +415,9 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
 
     def encode_source(self, texts: str | Sequence[str]) -> dict:
         """``{"src", "src_mask"}`` for raw source sentences (e.g. to translate a user's input)."""
-        tok = self._tok()
         texts = [texts] if isinstance(texts, str) else list(texts)
-        eos = [tok.eos_id] if self.hparams.src_eos else []
-        items = [{"src": torch.tensor(ids + eos, dtype=torch.long), "tgt": torch.zeros(0, dtype=torch.long),
-                  "src_text": t, "tgt_text": "", "bucket": 0}
-                 for t, ids in zip(texts, tok.encode_batch(texts))]  # fmt: skip
-        batch = collate(items)
-        return {"src": batch["src"], "src_mask": batch["src_mask"]}
+        src, src_mask = encode_sources(self._tok(), texts, self.hparams.src_eos)
+        return {"src": src, "src_mask": src_mask}
 
     def decode_target(self, ids) -> str | list[str]:
         """Text of generated ids: cut at the first <eos>, special tokens (<bos>, <pad>) removed.

@@ -15,9 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..data.tokenizer import PAD_ID
 from .transformer_mt import TransformerMT
-
-PAD_ID = 0
 
 
 class TransformerNAT(TransformerMT):
