@@ -7,6 +7,7 @@ run directory and one W&B run.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -99,6 +100,14 @@ def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, model, datamodule, metric
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
 
 
+def write_metrics(run_dir: Path, metrics: dict[str, float]) -> None:
+    """The run's final metrics as ``<run dir>/metrics.json``: what scripts (the claims report, notebooks) read back
+    without parsing W&B's binary files. Written through a temporary file so a crash never leaves half of it."""
+    tmp = run_dir / "metrics.json.tmp"
+    tmp.write_text(json.dumps(metrics, indent=1, sort_keys=True))
+    tmp.replace(run_dir / "metrics.json")
+
+
 def finish_loggers(loggers: list) -> None:
     """Close W&B after each job so that every job of a multirun sweep is its own W&B run."""
     for lg in loggers:
@@ -162,6 +171,8 @@ def train_job(cfg: DictConfig, hc) -> float | None:
     if rank_zero_only.rank == 0:
         print_config_tree(cfg, save_to=Path(hc.runtime.output_dir) / "config_tree.log")
     metrics = run(cfg)
+    if rank_zero_only.rank == 0:
+        write_metrics(Path(hc.runtime.output_dir), metrics)
     name = cfg.get("optimized_metric")
     if name and name in metrics:
         log.info(f"{name} = {metrics[name]:.4f}")

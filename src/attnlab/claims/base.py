@@ -1,0 +1,155 @@
+"""What a claim is made of, and what its analysis gets to work with.
+
+A :class:`Claim` names its training commands (``python train.py -m experiment=eNN_... a=x,y``, exactly what a user
+would type) and an ``analyze(ctx) -> Result`` function. The runner (:mod:`attnlab.claims.runner`) gives each command
+its own sweep folder ``<claim dir>/<i>/``; :class:`Context` reads the jobs back from there (their overrides, final
+``metrics.json``, CSV curves, checkpoints), and the analysis draws the figure into ``ctx.figure_path``. The verdict
+is computed by the analysis from the numbers, by a rule written in the claim's module, never typed by hand.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+VERDICTS = ("reproduced", "partly reproduced", "not reproduced")
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str  # "E9"
+    title: str  # "RMSNorm vs LayerNorm"
+    statement: str  # the seed's claim, in English (shared/claims.md)
+    commands: list[str]  # shell commands, run in order from the repository root
+    analyze: Callable[["Context"], "Result"]
+    # appended to every train.py command with --quick (tiny models for the tests), besides the runner's limits
+    quick: list[str] = field(default_factory=list)
+    # other claims whose runs this one's analysis reads (ctx.other(id)); the runner runs them first if missing
+    uses: tuple[str, ...] = ()
+    minutes: float = 5.0  # expected wall time on 2 CPU cores, all commands together
+
+
+@dataclass
+class Result:
+    rows: list[dict[str, Any]]  # the comparison table: one dict per setting, same keys in every row
+    headline: str  # one sentence with the number that answers the claim
+    verdict: str  # one of VERDICTS
+    evidence: str  # why that verdict, from the numbers
+    notes: str = ""  # caveats, sizes, what was not tried
+
+    def __post_init__(self):
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict {self.verdict!r}; choose one of {', '.join(VERDICTS)}")
+
+
+class Job:
+    """One finished Hydra job (a run directory) of a claim's sweep."""
+
+    def __init__(self, path: Path):
+        self.dir = Path(path)
+
+    def __repr__(self) -> str:
+        return f"Job({self.dir}, {self.overrides})"
+
+    @cached_property
+    def overrides(self) -> dict[str, str]:
+        """The command-line overrides of this job, ``{'norm': 'rms', 'model.net.pool': 'cls'}``."""
+        import yaml
+
+        items = yaml.safe_load((self.dir / ".hydra" / "overrides.yaml").read_text()) or []
+        return dict(item.lstrip("+~").split("=", 1) for item in items if "=" in item)
+
+    @cached_property
+    def config(self):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.load(self.dir / ".hydra" / "config.yaml")
+
+    @cached_property
+    def metrics(self) -> dict[str, float]:
+        """Final metrics (after fit and test) from ``metrics.json``; a one-line error if the job did not finish."""
+        path = self.dir / "metrics.json"
+        if not path.is_file():
+            status = self.dir / "job_status.json"
+            why = json.loads(status.read_text()).get("error", "?") if status.is_file() else "no job_status.json"
+            raise RuntimeError(f"{self.dir} has no metrics.json (the job did not finish: {why})")
+        return json.loads(path.read_text())
+
+    def metric(self, key: str) -> float:
+        if key not in self.metrics:
+            raise KeyError(f"{self.dir}/metrics.json has no {key!r}; it has {sorted(self.metrics)}")
+        return self.metrics[key]
+
+    def curve(self, key: str) -> tuple[list[int], list[float]]:
+        """(steps, values) of one logged metric from the CSV logger (``csv/version_*/metrics.csv``)."""
+        steps, values = [], []
+        for path in sorted(self.dir.glob("csv/version_*/metrics.csv")):
+            with path.open() as f:
+                for row in csv.DictReader(f):
+                    if row.get(key) not in (None, ""):
+                        steps.append(int(float(row["step"])))
+                        values.append(float(row[key]))
+        if not steps:
+            raise KeyError(f"{self.dir} logged no {key!r} (is the csv logger on? the experiment configs add it)")
+        return steps, values
+
+    @property
+    def checkpoint(self) -> Path:
+        """The best checkpoint (what the test used), else last.ckpt."""
+        ckpts = self.dir / "checkpoints"
+        best = sorted(p for p in ckpts.glob("*.ckpt") if p.name != "last.ckpt")
+        if best:
+            return best[-1]
+        if (ckpts / "last.ckpt").is_file():
+            return ckpts / "last.ckpt"
+        raise FileNotFoundError(f"no checkpoint under {ckpts}")
+
+
+@dataclass
+class Context:
+    """What ``analyze`` gets: where the claim's runs are, where to draw, and whether this is a --quick run."""
+
+    claim: Claim
+    dir: Path  # <out>/<id>: command i's sweep is dir/i
+    figure_path: Path
+    quick: bool = False
+    out_root: Path | None = None  # <out>: other claims' runs are out_root/<id>
+
+    def jobs(self, command: int = 0) -> list[Job]:
+        return sweep_jobs(self.dir / str(command))
+
+    def job(self, command: int = 0, **overrides: Any) -> Job:
+        """The job of command ``command`` whose overrides include these (``job(norm='rms')``; dots as ``__``)."""
+        want = {k.replace("__", "."): str(v) for k, v in overrides.items()}
+        found = [j for j in self.jobs(command) if all(j.overrides.get(k) == v for k, v in want.items())]
+        if len(found) != 1:
+            raise LookupError(f"{len(found)} jobs of {self.dir / str(command)} match {want}")
+        return found[0]
+
+    def other(self, claim_id: str) -> "Context":
+        from . import get_claim
+
+        root = self.out_root or self.dir.parent
+        return Context(get_claim(claim_id), root / claim_id, self.figure_path, self.quick, root)
+
+
+def sweep_jobs(sweep_dir: Path) -> list[Job]:
+    """The jobs of one multirun folder in job order (0, 1, …, 10), or the folder itself if it is a single run."""
+    sweep_dir = Path(sweep_dir)
+    if (sweep_dir / ".hydra").is_dir():
+        return [Job(sweep_dir)]
+    subdirs = [p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()] if sweep_dir.is_dir() else []
+    if not subdirs:
+        raise FileNotFoundError(f"no runs under {sweep_dir}")
+    return [Job(p) for p in sorted(subdirs, key=lambda p: int(p.name))]
+
+
+def fmt(x: float, digits: int = 3) -> float | None:
+    """A float rounded for the table (None for NaN, so the JSON stays valid)."""
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(float(x), digits)

@@ -1,0 +1,54 @@
+"""E9: RMSNorm vs LayerNorm in a pre-norm GPT: validation loss at equal steps and the measured step time."""
+
+from __future__ import annotations
+
+from statistics import median
+
+from .base import Claim, Context, Result, fmt
+from .plots import figure, save
+
+SETTINGS = {"pre": "LayerNorm (pre)", "rms": "RMSNorm (pre)"}
+
+
+def analyze(ctx: Context) -> Result:
+    fig, (ax_loss, ax_time) = figure(ncols=2)
+    rows = []
+    for norm, label in SETTINGS.items():
+        job = ctx.job(norm=norm)
+        steps, loss = job.curve("val/loss")
+        ax_loss.plot(steps, loss, marker="o", label=label)
+        t_steps, times = job.curve("perf/step_time_ms")
+        ax_time.plot(t_steps, times, label=label)
+        rows.append({"norm": label, "val loss": fmt(job.metric("val/loss")), "test ppl": fmt(job.metric("test/ppl"), 2),
+                     "median step ms": fmt(median(times[1:] or times), 1)})
+    ax_loss.set(xlabel="step", ylabel="val loss", title="validation loss")
+    ax_time.set(xlabel="step", ylabel="ms / training step", title="step time")
+    ax_loss.legend()
+    save(fig, ctx.figure_path, "E9: RMSNorm vs LayerNorm")
+    ln, rms = rows
+    d_loss = rms["val loss"] - ln["val loss"]
+    speedup = ln["median step ms"] / rms["median step ms"]
+    as_good = d_loss <= 0.02
+    cheaper = speedup > 1.0
+    verdict = "reproduced" if as_good and cheaper else "partly reproduced" if as_good or cheaper else "not reproduced"
+    return Result(
+        rows=rows,
+        headline=f"RMSNorm val loss {rms['val loss']:.3f} vs LayerNorm {ln['val loss']:.3f}; step time ×{speedup:.2f}",
+        verdict=verdict,
+        evidence=(f"Same data, seed and {len(ctx.job(norm='pre').curve('val/loss')[0])} validation points. RMSNorm "
+                  f"{'matches or beats' if as_good else 'trails'} LayerNorm by {d_loss:+.3f} nats (tolerance 0.02) and "
+                  f"its median training step is {speedup:.2f}× {'faster' if cheaper else 'as fast or slower'}. The "
+                  f"norm is a small share of a step at this size, so the time gain is small."),
+    )
+
+
+CLAIM = Claim(
+    id="E9",
+    title="RMSNorm vs LayerNorm",
+    statement="RMSNorm (no re-centering, rescale by the root mean square) is cheaper than LayerNorm and as good or better.",
+    commands=["python train.py -m experiment=e09_rmsnorm norm=pre,rms"],
+    analyze=analyze,
+    quick=["model.net.d_model=32", "model.net.n_layers=1", "data.seq_len=32", "data.batch_size=8",
+           "callbacks.throughput.log_every_n_steps=1"],
+    minutes=6,
+)
