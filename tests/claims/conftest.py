@@ -1,0 +1,23 @@
+"""One real quick claim run (E9: two tiny GPT trainings) shared by the framework and notebook tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnlab.paths import ROOT
+
+
+@pytest.fixture(scope="session")
+def quick_e9(tmp_path_factory, cache_dir) -> tuple[Path, subprocess.CompletedProcess]:
+    """`python -m attnlab.claims run E9 --quick --out <tmp>`: (the --out folder, the finished process)."""
+    env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "OMP_NUM_THREADS": "1"}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    out = tmp_path_factory.mktemp("claims")
+    proc = subprocess.run([sys.executable, "-m", "attnlab.claims", "run", "E9", "--quick", "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return out, proc

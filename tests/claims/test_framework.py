@@ -1,0 +1,89 @@
+"""The claims framework: every claim's commands compose, a claim runs end to end (--quick) into a JSON, a figure and
+the generated results page, and failures come back as one line without losing earlier runs."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.global_hydra import GlobalHydra
+
+from attnlab.claims import Claim, Result, all_claims, get_claim, normalize_id
+from attnlab.claims.report import render
+from attnlab.claims.runner import ClaimRunError, run_claim
+from attnlab.paths import CONF_DIR
+
+
+def test_claim_ids():
+    assert normalize_id("e9") == normalize_id("E09") == normalize_id("9") == "E9"
+    with pytest.raises(ValueError, match="not a claim id"):
+        normalize_id("nine")
+    with pytest.raises(ValueError, match="E99 has no experiment yet"):
+        get_claim("E99")
+    with pytest.raises(ValueError, match="verdict 'maybe'"):
+        Result(rows=[], headline="", verdict="maybe", evidence="")
+
+
+def _train_jobs(command: str) -> list[list[str]]:
+    """The override lists of every job a `python train.py -m ...` command launches."""
+    args = shlex.split(command)[2:]
+    overrides = [a for a in args if a != "-m"]
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+@pytest.mark.parametrize("cid", list(all_claims()))
+def test_every_claim_command_composes(cid):
+    """Each job of each claim's commands composes (experiment file exists, overrides valid): no training."""
+    claim = get_claim(cid)
+    assert claim.id == cid and claim.title and claim.statement and claim.minutes > 0
+    assert all(c.startswith("python ") for c in claim.commands)
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        for command in claim.commands:
+            if shlex.split(command)[1] != "train.py":
+                continue
+            assert " -m " in f" {command} ", "claim commands are multiruns, so each job gets its own folder"
+            for job in _train_jobs(command):
+                cfg = compose("train", overrides=job + claim.quick, return_hydra_config=False)
+                assert cfg.get("experiment_name"), f"{cid}: {job} sets no experiment_name"
+                assert "csv" in cfg.logger, f"{cid}: the analysis reads CSV curves; add the csv logger"
+
+
+def test_quick_claim_end_to_end(quick_e9, tmp_path):
+    """`python -m attnlab.claims run E9 --quick`: real training runs, metrics.json, CSV curves, the analysis, a PNG."""
+    out, proc = quick_e9
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    record = json.loads((out / "E9" / "E9.json").read_text())
+    assert record["quick"] is True and record["verdict"] in ("reproduced", "partly reproduced", "not reproduced")
+    assert [r["norm"] for r in record["rows"]] == ["LayerNorm (pre)", "RMSNorm (pre)"]
+    assert all(r["median step ms"] > 0 and r["val loss"] > 0 for r in record["rows"])
+    assert (out / "E9" / record["figure"]).stat().st_size > 5_000
+    for job in ("0", "1"):
+        assert json.loads((out / "E9" / "0" / job / "metrics.json").read_text())["test/loss"] > 0
+
+    # the page: this result's section, and every other claim listed as not run yet
+    docs = tmp_path / "docs"
+    (docs / "results").mkdir(parents=True)
+    (docs / "figures").mkdir()
+    record["figure"] = "figures/E9.png"
+    (docs / "results" / "E9.json").write_text(json.dumps(record))
+    shutil.copy(out / "E9" / "E9.png", docs / "figures" / "E9.png")
+    page = render(docs)
+    assert f"| [E9](#e9) | RMSNorm vs LayerNorm | **{record['verdict']}** |" in page
+    assert "python train.py -m experiment=e09_rmsnorm norm=pre,rms" in page and "![E9](figures/E9.png)" in page
+    for other in set(all_claims()) - {"E9"}:
+        assert f"`python -m attnlab.claims run {other}`" in page
+
+    # a rerun moves the earlier runs aside, never deletes them
+    failing = Claim(id="E9", title="t", statement="s", analyze=lambda ctx: None,
+                    commands=["python train.py -m experiment=e09_rmsnorm norm=no_such_norm"])
+    with pytest.raises(ClaimRunError, match="command 0 failed .* see .*command0.log"):
+        run_claim(failing, out, None)
+    kept = [p for p in out.iterdir() if p.name.startswith("E9.old-")]
+    assert len(kept) == 1 and (kept[0] / "0" / "1" / "metrics.json").is_file()
