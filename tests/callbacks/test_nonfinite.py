@@ -168,6 +168,21 @@ def test_real_lm_with_a_huge_learning_rate_stops_at_the_first_nan(tmp_path, cach
     assert last["global_step"] == 1 and _all_finite(last["state_dict"])
 
 
+# Not the RNN: lr=1e10 (or 1e30) leaves the saturating GRU's loss finite (huge), and lr=inf puts NaN in the
+# weights with the very first update, whose own loss and gradients were finite, so no loss-side check can see it.
+@pytest.mark.parametrize("model, lr", [("transformer_mt", "1e10"), ("vit", "1e10"), ("tts", "1e10")])
+def test_every_model_family_stops_at_the_first_non_finite_step(tmp_path, cache_dir, model, lr):
+    """The guard on the other families' real configs: the diverging step is named and never applied."""
+    cfg = compose_train([f"model={model}", "debug=fast", "logger=csv", "callbacks.rich_progress_bar=null",
+                         "trainer.enable_progress_bar=false", "test=false", f"model.optimizer.lr={lr}",
+                         "callbacks.model_checkpoint.monitor=null", "callbacks.model_checkpoint.save_top_k=0",
+                         "+callbacks.model_checkpoint.every_n_train_steps=1"], tmp_path, cache_dir)
+    with pytest.raises(NonFiniteLossError, match=r"non-finite (loss|gradient norm) at step 1 \(epoch 0, batch 1\)"):
+        run(cfg)
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["global_step"] == 1 and _all_finite(last["state_dict"])
+
+
 def test_arguments_are_checked():
     with pytest.raises(ValueError):
         NonFiniteGuard(max_skips=-1)

@@ -131,8 +131,9 @@ def test_arguments():
 # ----------------------------------------------------------------------------------------------------------------
 # `callbacks=[default,preemption]` adds conf/callbacks/preemption.yaml to the chosen group (`+callbacks=preemption`
 # is refused: the group already has a value); it stays valid once default.yaml lists preemption itself.
-RUN = ["model=causal_lm", "debug=fast", "logger=csv", "callbacks=[default,preemption]", "callbacks.rich_progress_bar=null",
-       "trainer.enable_progress_bar=false", "trainer.max_epochs=50", "trainer.limit_train_batches=1000", "test=false"]
+COMMON = ["debug=fast", "logger=csv", "callbacks=[default,preemption]", "callbacks.rich_progress_bar=null",
+          "trainer.enable_progress_bar=false", "trainer.max_epochs=50", "trainer.limit_train_batches=1000", "test=false"]
+RUN = ["model=causal_lm", *COMMON]
 LINE = re.compile(r"received (SIG\w+) at step (\d+): checkpoint written to (\S+); exiting")
 
 
@@ -174,18 +175,19 @@ def _leftover_processes(run_dir: Path, wait: float = 10.0) -> list[int]:
     return pids
 
 
-def _preempt_train_py(tmp_path: Path, cache_dir: str, signame: str, extra: list[str] = ()) -> tuple[int, Path]:
+def _preempt_train_py(tmp_path: Path, cache_dir: str, signame: str, extra: list[str] = (),
+                      base: list[str] = RUN, start_timeout: float = 40) -> tuple[int, Path]:
     """Start train.py, signal it once training steps are logged, check the clean exit; (step, checkpoint)."""
     run_dir, log_path = tmp_path / "run", tmp_path / "train.out"
     env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1", "ATTNLAB_CACHE": cache_dir}
     env.pop("PYTEST_XDIST_WORKER", None)
     # the CSV logger writes its file every 4 steps: our cue that training is under way
-    args = [*RUN, *extra, "+logger.csv.flush_logs_every_n_steps=4", f"hydra.run.dir={run_dir}"]
+    args = [*base, *extra, "+logger.csv.flush_logs_every_n_steps=4", f"hydra.run.dir={run_dir}"]
     with open(log_path, "w") as out:
         proc = subprocess.Popen([sys.executable, "train.py", *args], cwd=ROOT, env=env, stdout=out,
                                 stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 40
+            deadline = time.monotonic() + start_timeout
             while _logged_steps(run_dir) < 3:
                 assert proc.poll() is None, log_path.read_text()[-3000:]
                 assert time.monotonic() < deadline, "no training steps logged in time\n" + log_path.read_text()[-3000:]
@@ -219,6 +221,17 @@ def test_train_py_preempted_by_a_signal_exits_0_and_resumes_at_that_step(tmp_pat
     run(compose_train([*RUN, f"ckpt_path={ckpt}", f"trainer.max_steps={step + 3}"], tmp_path / "resumed", warm_cache))
     final = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=False)
     assert final["global_step"] == step + 3
+
+
+@pytest.mark.parametrize("model", ["transformer_mt", "seq2seq_attention", "vit", "tts"])
+def test_every_model_family_preempted_by_sigterm_resumes_at_that_step(tmp_path, cache_dir, model):
+    """The same fault for the other families: translation (transformer and RNN), ViT and TTS, each with its data.
+    Their first run also builds its data set in the cache, hence the longer start-up allowance."""
+    base = [f"model={model}", *COMMON]
+    step, ckpt = _preempt_train_py(tmp_path, cache_dir, "SIGTERM", base=base, start_timeout=120)
+    run(compose_train([*base, f"ckpt_path={ckpt}", f"trainer.max_steps={step + 2}"], tmp_path / "resumed", cache_dir))
+    final = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert final["global_step"] == step + 2
 
 
 @pytest.mark.slow

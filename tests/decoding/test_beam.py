@@ -299,3 +299,13 @@ def test_n_best_distinct_and_sorted(length_penalty):
     one = beam_search(CausalLMStepper(model), prefix, beam_size=6, max_new_tokens=8, eos_id=eos,
                       length_penalty=length_penalty)
     assert [h.tolist() for h in one.best] == [hyps[0].tolist() for hyps in res.tokens]
+
+
+def test_nan_logits_give_an_empty_hypothesis_not_a_crash():
+    """A diverged model (NaN everywhere) finishes no hypothesis: each sentence gets an empty output scored -inf,
+    so validation of a broken run reports BLEU 0 instead of raising IndexError mid-training."""
+    table = [[float("nan")] * 5 for _ in range(5)]
+    res = beam_search(TableStepper(table), torch.tensor([[START], [START]]), beam_size=3, max_new_tokens=4,
+                      eos_id=EOS)
+    assert [t.numel() for t in res.best] == [0, 0]
+    assert torch.isinf(res.scores[:, 0]).all() and (res.scores[:, 0] < 0).all()

@@ -149,7 +149,8 @@ def beam_search(
     tokens = []
     for s in range(B):
         best = sorted(finished[s], key=lambda h: -h[0])[:n_best]
-        tokens.append([h[2] for h in best])
+        # no finite hypothesis at all (a diverged model's NaN logits): an empty output scored -inf, not a crash
+        tokens.append([h[2] for h in best] or [prefix.new_empty(0)])
         for j, (sc, lp_j, _) in enumerate(best):
             scores[s, j], logprobs[s, j] = sc, lp_j
     return BeamResult(tokens, scores, logprobs)
