@@ -62,6 +62,9 @@ def analyze(ctx: Context) -> Result:
     fr_samples = jobs["True"].config.model.free_running_samples
     rare = (" Skips and repeats are rare both ways at this size (< 0.5 per utterance), so they do not separate the "
             "runs; the diagonal rates do." if max(errors.values()) < 0.5 else "")
+    babble = (" Without a diagonal, 'skipped characters' and 'repeats' count jumps of an attention that is not "
+              "following the text at all (babbling), not slips within an otherwise good alignment."
+              if u["test diagonal_rate_fr"] < 0.3 else "")
     unlocked = (": without guidance the decoder still predicts frames from the previous frames, but its attention "
                 "never locks onto the text." if u["test diagonal_rate_tf"] < 0.4 else ".")
     first = {on: jobs[on].curve("val/diagonal_rate_tf") for on in SETTINGS}
@@ -85,7 +88,7 @@ def analyze(ctx: Context) -> Result:
                   f"{u['test mel_l1']:.3f}{unlocked}"),
         notes=(f"Free-running metrics come from the first {fr_samples} utterances of the first test (and each "
                f"validation) batch: a small sample, so skips/repeats are coarse. Diagonal and focus rates are "
-               f"those of the guided heads (first 2 heads of the last 2 decoder layers), for both runs. Budget: "
+               f"those of the guided heads (first 2 heads of the last 2 decoder layers), for both runs.{babble} Budget: "
                f"{g['steps']} steps of batch 16 on the CPU; intelligibility of the audio was not judged."),
     )
 
