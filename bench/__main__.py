@@ -1,4 +1,5 @@
-"""``python -m bench [--quick] [--only P1,P3] [--markdown FILE]``: every comparison of issue 5, printed as tables.
+"""``python -m bench [--quick] [--only P1,P3] [--markdown FILE] [--json FILE]``: every comparison of issue 5,
+printed as tables.
 
 Run from the repository root with the package installed (``pip install -e '.[bench]'`` adds HF transformers).
 """
@@ -7,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -34,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="torch intra-op threads; default: all cores on an idle machine, 1 when the load average "
                          "is above half the cores (two threads on a busy 2-core machine ran matmuls 30x slower)")
     ap.add_argument("--markdown", default=None, help="also write the tables to this file")
+    ap.add_argument("--json", default=None,
+                    help="also write the machine facts and every table (raw numbers) to this JSON file")
     args = ap.parse_args(argv)
     chosen = [c.strip().upper() for c in args.only.split(",") if c.strip()] or list(COMPARISONS)
     unknown = [c for c in chosen if c not in COMPARISONS]
@@ -42,10 +47,14 @@ def main(argv: list[str] | None = None) -> int:
 
     threads, why = choose_threads(args.threads)
     torch.set_num_threads(threads)
-    out = ["## Machine", ""] + [f"- {k}: {v}" for k, v in machine_info().items()]
+    machine = machine_info()
+    command = f"python -m bench {' '.join(argv if argv is not None else sys.argv[1:])}".rstrip()
+    out = ["## Machine", ""] + [f"- {k}: {v}" for k, v in machine.items()]
     out.append(f"- threads chosen: {threads} ({why})")
-    out.append(f"- command: python -m bench {' '.join(argv if argv is not None else sys.argv[1:])}".rstrip())
+    out.append(f"- command: {command}")
     print("\n".join(out), flush=True)
+    record = {"machine": machine, "threads": threads, "threads_why": why, "command": command, "quick": args.quick,
+              "comparisons": {}}
     for name in chosen:
         mod = importlib.import_module(f".{COMPARISONS[name]}", __package__)
         t0 = time.perf_counter()
@@ -54,10 +63,18 @@ def main(argv: list[str] | None = None) -> int:
             text = table.markdown()
             print("\n" + text, flush=True)
             out += ["", text]
-        print(f"\n({name} took {time.perf_counter() - t0:.0f} s)", flush=True)
+        seconds = time.perf_counter() - t0
+        print(f"\n({name} took {seconds:.0f} s)", flush=True)
+        record["comparisons"][name] = {"seconds": round(seconds, 1), "tables": [t.to_dict() for t in tables]}
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write("\n".join(out) + "\n")
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")  # a crash never leaves half a file for a reader
+        tmp.write_text(json.dumps(record, indent=1) + "\n")
+        tmp.replace(path)
     return 0
 
 

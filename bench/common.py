@@ -64,6 +64,8 @@ class Table:
     columns: list[str]
     rows: list[list[object]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # machine-readable facts beside the rows (e.g. which kernel ran), written by ``--json`` only
+    meta: dict[str, object] = field(default_factory=dict)
 
     def add(self, *row: object) -> None:
         self.rows.append(list(row))
@@ -76,6 +78,12 @@ class Table:
         lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in self.rows]
         lines += [f"\n{n}" for n in self.notes]
         return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, object]:
+        """The table for ``--json``: the raw values (unrounded numbers), each row also as a column -> value dict."""
+        return {"title": self.title, "columns": self.columns, "rows": self.rows,
+                "records": [dict(zip(self.columns, row)) for row in self.rows], "notes": self.notes,
+                "meta": self.meta}
 
 
 def cpu_model() -> str:

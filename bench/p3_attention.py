@@ -43,6 +43,15 @@ def peak_bytes(fn) -> int:
     return (_status_kib("VmHWM") - base) * 1024
 
 
+def attention_ops(fn) -> list[str]:
+    """The attention-related aten ops one ``fn()`` runs (profiler): names which kernel "fast" is on this machine,
+    e.g. ``aten::_scaled_dot_product_flash_attention_for_cpu`` (SDPA's fused, flash-style CPU kernel)."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    keys = {e.key for e in prof.key_averages()}
+    return sorted(k for k in keys if any(w in k for w in ("attention", "softmax", "bmm", "matmul")))
+
+
 def available_bytes() -> int | None:
     try:
         for line in open("/proc/meminfo"):
@@ -68,6 +77,8 @@ def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
             x = torch.randn(1, T, D)
             sides = {"fast": lambda: attn(x, is_causal=True),
                      "explicit": lambda: attn(x, is_causal=True, need_weights=True)}
+            if prev is None:
+                table.meta["ops"] = {k: attention_ops(fn) for k, fn in sides.items()}
             long = T >= 4096  # one explicit call takes ~10-50 s here: one round, no warm-up (done at shorter T)
             t = alternate(sides, repeats=1 if long else repeats, warmup=0 if long else 1)
             mem = {k: peak_bytes(fn) for k, fn in sides.items()}
@@ -79,6 +90,10 @@ def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
             growth_last = growth
             prev, last_explicit = mem, (T, mem["explicit"])
             attn.weights = None
+    table.meta.update(d_model=D, heads=H, batch=1, dtype="float32", causal=True, lengths=lengths,
+                      device="cpu", threads=torch.get_num_threads())
+    table.notes.append("Ops (profiler) — fast: " + ", ".join(table.meta["ops"]["fast"]) + "; explicit: "
+                       + ", ".join(table.meta["ops"]["explicit"]) + ".")
     avail = available_bytes()
     if avail and last_explicit:
         T, b = last_explicit

@@ -121,10 +121,15 @@ class MelExtractor:
         gen = torch.Generator().manual_seed(seed)
         phase = torch.exp(2j * torch.pi * torch.rand(mag.shape, generator=gen)).to(mag.device)
         length = (mag.shape[1] - 1) * c.hop_length
+        if length == 0:  # one frame: no samples between frame centres (a model that stopped at once)
+            return torch.zeros(0)
+        # reflect padding needs more than n_fft/2 samples: a 2-3 frame output (an untrained model that stops
+        # early, seen in free-running validation) is padded with zeros instead of crashing the run
+        pad_mode = "reflect" if length > c.n_fft // 2 else "constant"
         wave = torch.zeros(length)
         for _ in range(max(1, n_iter)):
             wave = torch.istft(mag * phase, c.n_fft, c.hop_length, c.win_length, window, center=True, length=length)
-            spec = torch.stft(wave, c.n_fft, c.hop_length, c.win_length, window, center=True, pad_mode="reflect",
+            spec = torch.stft(wave, c.n_fft, c.hop_length, c.win_length, window, center=True, pad_mode=pad_mode,
                               return_complex=True)
             phase = spec / spec.abs().clamp(min=1e-8)
         wave = torch.istft(mag * phase, c.n_fft, c.hop_length, c.win_length, window, center=True, length=length)
