@@ -81,6 +81,8 @@ def run_claim(claim: Claim, out: Path, docs: Path | None, quick: bool = False, a
         "date": time.strftime("%Y-%m-%d"), "machine": machine(), "git": git_commit(),
     }
     path = target / f"{claim.id}.json"
+    if analyze_only and path.is_file():  # re-analyzing old runs: keep the wall time measured when they ran
+        record["minutes"] = json.loads(path.read_text()).get("minutes")
     path.write_text(json.dumps(record, indent=1) + "\n")
     log(f"[{claim.id}] {result.verdict}: {result.headline}")
     return path
