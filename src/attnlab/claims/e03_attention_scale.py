@@ -96,9 +96,10 @@ def analyze(ctx: Context) -> Result:
                   f"{hits} of the 3 parts (saturation, vanishing gradient, worse loss) hold."),
         notes=(f"{first.config.model.net.n_layers} layers, d_model={first.config.model.net.d_model}, one head, "
                f"context {first.config.data.seq_len}, {first.config.trainer.max_steps} steps, Adam with warmup and "
-               f"gradient clipping, which can compensate for small gradients. Before the softmax saturates, the unscaled "
-               f"scores, and so their gradient w.r.t. W_q and W_k, are √d_k = {math.sqrt(d_k):.1f} times larger than "
-               f"the scaled ones: saturation has to undo that factor before that gradient is smaller. Entropy over layers and queries "
+               f"gradient clipping, which can compensate for small gradients. Before the softmax saturates, the "
+               f"unscaled scores, and so their gradient w.r.t. W_q and W_k, are √d_k = {math.sqrt(d_k):.1f} times "
+               f"larger than the scaled ones: saturation has to undo that factor before that gradient is smaller. "
+               f"Entropy over layers and queries "
                f"(query 0, which sees one key, left out), relative to ln(number of visible keys); measured on "
                f"{batch['input_ids'].shape[0]} validation windows with dropout off."),
     )

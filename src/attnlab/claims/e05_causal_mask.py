@@ -57,22 +57,24 @@ def analyze(ctx: Context) -> Result:
         "not reproduced"
     return Result(
         rows=rows,
-        headline=(f"no-mask model: train loss {open_row['final train loss']:.2f} vs {causal_row['final train loss']:.2f}"
-                  f" causal, but {o_masked:.2f} nats once masked vs {c_masked:.2f}"),
+        headline=(f"no-mask model: train loss {open_row['final train loss']:.2f} vs "
+                  f"{causal_row['final train loss']:.2f} causal, but {o_masked:.2f} nats once masked vs "
+                  f"{c_masked:.2f}"),
         verdict=verdict,
         evidence=(f"Same data, seed and steps. Trained without the mask, the training loss ends at "
                   f"{open_row['final train loss']:.3f} nats against {causal_row['final train loss']:.3f} for the "
                   f"causal model ({'less' if collapsed else 'not less'} than half"
-                  f"{': each position can read the token it predicts' if collapsed else ''}). Evaluated without the mask on validation windows it scores {o_open:.3f}; with "
-                  f"the mask (as generation must run it) {o_masked:.3f}, {o_masked - c_masked:+.2f} nats from the "
+                  f"{': each position can read the token it predicts' if collapsed else ''}). Evaluated without the "
+                  f"mask on validation windows it scores {o_open:.3f}; with the mask (as generation must run it) "
+                  f"{o_masked:.3f}, {o_masked - c_masked:+.2f} nats from the "
                   f"causal model's {c_masked:.3f} (a uniform guess is {uniform:.2f}). Its greedy continuation is in "
                   f"the table; the rule asks for a train loss under half the causal one and a masked loss more than "
                   f"1 nat above it."),
         notes=(f"{net.n_layers} layers, d={net.d_model}, {net.n_heads} heads, context {net.max_len}, "
                f"{cfg.trainer.max_steps} steps; losses over the first "
                f"{batch['input_ids'].shape[0]} validation windows. Positions: {cfg.pos.name}"
-               f"{POS_NOTE if cfg.pos.name != 'learned' else ''}. Greedy decoding uses the KV cache, which is causal by "
-               f"construction; the prompt is {prompt!r}."),
+               f"{POS_NOTE if cfg.pos.name != 'learned' else ''}. Greedy decoding uses the KV cache, which is "
+               f"causal by construction; the prompt is {prompt!r}."),
     )
 
 
