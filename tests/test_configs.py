@@ -82,9 +82,9 @@ def test_group_override_for_a_model_not_built_from_it_is_refused(tmp_path):
 
 
 def test_cli_unknown_option_lists_choices():
-    out = run_cli(["norm=batch"], timeout=120)
+    out = run_cli(["norm=group"], timeout=120)
     assert out.returncode != 0
-    assert "Could not find 'norm/batch'" in out.stdout and "Available options" in out.stdout
+    assert "Could not find 'norm/group'" in out.stdout and "Available options" in out.stdout
     assert "rms" in out.stdout
 
 

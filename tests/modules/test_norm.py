@@ -49,4 +49,4 @@ def test_layernorm_output_is_centered():
 
 def test_unknown_norm_kind():
     with pytest.raises(ValueError, match="unknown norm kind"):
-        build_norm("batchnorm", 8)
+        build_norm("groupnorm", 8)

@@ -56,7 +56,7 @@ def test_from_cfg_values():
 @pytest.mark.parametrize(
     "cls, cfg, field",
     [
-        (NormSpec, {"kind": "batchnorm"}, "kind"),
+        (NormSpec, {"kind": "groupnorm"}, "kind"),
         (NormSpec, {"placement": "sandwich"}, "placement"),
         (FFNSpec, {"activation": "tanh"}, "activation"),
         (PosSpec, {"kind": "alibi"}, "kind"),

@@ -4,6 +4,13 @@
 
 The output projection is tied to the token embedding. The blocks' norm, feed-forward and MoE come from the
 ``norm``/``ffn``/``moe`` config groups, positions from ``pos``.
+
+Two switches exist for the seeds' claims, both on by default: ``scaled`` (divide attention scores by √d_head;
+``False`` is claim E3) and ``causal`` (the upper-triangular mask, C6). ``causal=False`` lets every position attend
+to the whole sequence in the full-sequence forward (training, validation and test losses: the model sees the token
+it must predict, claim E5). Decoding with KV caches is causal whatever the flag, prefill included: a cache holds
+only the past, so there is nothing later to see. ``causal`` is a plain attribute read at every forward, so setting
+``net.causal = True`` evaluates a model trained without the mask the way generation has to use it.
 """
 
 from __future__ import annotations
@@ -35,8 +42,11 @@ class CausalLM(nn.Module):
         ffn: FFNSpec | dict | None = None,
         moe: MoESpec | dict | None = None,
         pos: PosSpec | dict | None = None,
+        scaled: bool = True,
+        causal: bool = True,
     ):
         super().__init__()
+        self.causal = causal
         self.norm_spec, self.pos_spec = NormSpec.from_cfg(norm), PosSpec.from_cfg(pos)
         self.vocab_size, self.d_model, self.n_layers, self.n_heads, self.max_len = (
             vocab_size, d_model, n_layers, n_heads, max_len)
@@ -47,7 +57,7 @@ class CausalLM(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
             build_block(d_model, n_heads, norm=norm, ffn=ffn, moe=moe, dropout=dropout,
-                        attn_dropout=attn_dropout, bias=bias, rotary=rotary)
+                        attn_dropout=attn_dropout, bias=bias, rotary=rotary, scaled=scaled)
             for _ in range(n_layers)
         )
         self.final_norm = build_final_norm(norm, d_model)
@@ -86,8 +96,9 @@ class CausalLM(nn.Module):
         if self.positions is not None:
             x = x + self.positions(ids.shape[1], offset)
         x = self.drop(x)
+        causal = self.causal or caches is not None  # a cache is filled left to right: decoding is always causal
         for i, block in enumerate(self.blocks):
-            x = block(x, is_causal=True, cache=caches[i] if caches else None)
+            x = block(x, is_causal=causal, cache=caches[i] if caches else None)
         return self.final_norm(x)
 
     def forward(self, ids: Tensor, caches: list[KVCache] | None = None, *, last_only: bool = False) -> Tensor:

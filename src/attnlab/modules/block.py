@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from .attention import KVCache, MultiHeadAttention
 from .feedforward import build_ffn
 from .moe import MixtureOfExperts
-from .norm import build_norm
+from .norm import apply_norm, build_norm
 from .spec import FFNSpec, MoESpec, NormSpec
 
 
@@ -40,10 +40,12 @@ class EncoderBlock(nn.Module):
         self.placement = placement
         self.dropout = nn.Dropout(dropout) if dropout else nn.Identity()
 
-    def _residual(self, x: Tensor, norm: nn.Module, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+    def _residual(self, x: Tensor, norm: nn.Module, sublayer: Callable[[Tensor], Tensor],
+                  padding_mask: Tensor | None = None) -> Tensor:
+        """``padding_mask`` reaches only norms whose statistics cross tokens (BatchNorm); attention gets its own."""
         if self.placement == "pre":
-            return x + self.dropout(sublayer(norm(x)))
-        return norm(x + self.dropout(sublayer(x)))
+            return x + self.dropout(sublayer(apply_norm(norm, x, padding_mask)))
+        return apply_norm(norm, x + self.dropout(sublayer(x)), padding_mask)
 
     def forward(
         self,
@@ -59,8 +61,9 @@ class EncoderBlock(nn.Module):
             x, self.sa_norm,
             lambda h: self.self_attn(h, attn_mask=attn_mask, key_padding_mask=padding_mask, is_causal=is_causal,
                                      kv_cache=cache),
+            padding_mask,
         )
-        return self._residual(x, self.ffn_norm, self.ffn)
+        return self._residual(x, self.ffn_norm, self.ffn, padding_mask)
 
 
 @dataclass
@@ -105,13 +108,15 @@ class DecoderBlock(EncoderBlock):
             x, self.sa_norm,
             lambda h: self.self_attn(h, key_padding_mask=padding_mask, is_causal=is_causal,
                                      kv_cache=cache.self_attn if cache else None),
+            padding_mask,
         )
         x = self._residual(
             x, self.ca_norm,
             lambda h: self.cross_attn(h, memory, key_padding_mask=memory_padding_mask,
                                       kv_cache=cache.cross_attn if cache else None),
+            padding_mask,
         )
-        return self._residual(x, self.ffn_norm, self.ffn)
+        return self._residual(x, self.ffn_norm, self.ffn, padding_mask)
 
 
 def build_feedforward_slot(d_model: int, ffn: FFNSpec, moe: MoESpec, dropout: float = 0.0) -> nn.Module:
@@ -136,10 +141,14 @@ def build_block(
     rotary: nn.Module | None = None,
     cross_attention: bool = False,
     memory_dim: int | None = None,
+    scaled: bool = True,
 ) -> EncoderBlock:
-    """Build one block from the config groups' specs: an EncoderBlock, or a DecoderBlock if ``cross_attention``."""
+    """Build one block from the config groups' specs: an EncoderBlock, or a DecoderBlock if ``cross_attention``.
+
+    ``scaled=False`` drops the 1/√d_head of every attention in the block (claim E3)."""
     norm, ffn, moe = NormSpec.from_cfg(norm), FFNSpec.from_cfg(ffn), MoESpec.from_cfg(moe)
-    attn = lambda **kw: MultiHeadAttention(d_model, n_heads, dropout=attn_dropout, bias=bias, **kw)  # noqa: E731
+    attn = lambda **kw: MultiHeadAttention(  # noqa: E731
+        d_model, n_heads, dropout=attn_dropout, bias=bias, scaled=scaled, **kw)
     mk_norm = lambda: build_norm(norm.kind, d_model, norm.eps)  # noqa: E731
     slot = build_feedforward_slot(d_model, ffn, moe, dropout)
     if not cross_attention:

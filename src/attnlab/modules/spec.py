@@ -43,7 +43,8 @@ class _Spec:
 
 @dataclass(frozen=True)
 class NormSpec(_Spec):
-    """pre: LayerNorm before each sublayer; post: LayerNorm after each residual add (2017); rms: RMSNorm, pre."""
+    """pre: LayerNorm before each sublayer; post: LayerNorm after each residual add (2017); rms: RMSNorm, pre;
+    batch: BatchNorm over batch and positions, pre."""
 
     name: str = "pre"
     kind: str = "layernorm"
