@@ -76,17 +76,18 @@ def analyze(ctx: Context) -> Result:
             by[norm, lr] = {"val": final, "blew_up": blew_up}
             rows.append({"norm": label, "lr": lr, "layers": int(job.config.model.net.n_layers),
                          "final val loss": fmt(final), "best val loss": fmt(min(v_loss)),
-                         "train loss (last 5 avg)": fmt(smooth(t_loss)[-1]), "diverged": "yes" if blew_up else "no",
+                         "train loss (end, 5-log avg)": fmt(smooth(t_loss)[-1]), "diverged": "yes" if blew_up else "no",
                          "init ffn grad layer 1": fmt(g[0], 4), f"layer {len(g)}": fmt(g[-1], 4),
                          "first/last": fmt(g[0] / g[-1], 2)})
     for norm, g in grads.items():
         ax_grad.semilogy(range(1, len(g) + 1), g, marker="o", color=colors[norm], label=NORMS[norm])
-    ax_train.set(xlabel="step", ylabel="train loss (5-step avg)", title="training loss, no warm-up")
+    ax_train.set(xlabel="step", ylabel="train loss (mean of 5 logged steps)", title="training loss, no warm-up")
     ax_val.set(xlabel="step", ylabel="val loss", title="validation loss")
     ax_grad.set(xlabel="layer (1 = input side)", ylabel="gradient norm", title="feed-forward weight gradient at init")
     ax_val.legend(fontsize=7)
     ax_grad.legend(fontsize=7)
-    save(fig, ctx.figure_path, "E8: post-norm vs pre-norm, 12 layers, no warm-up")
+    n_layers = len(next(iter(grads.values())))
+    save(fig, ctx.figure_path, f"E8: post-norm vs pre-norm, {n_layers} layers, no warm-up")
 
     # Rule: post-norm "struggles" at a learning rate if it diverges or ends > TOLERANCE nats above pre-norm.
     worse = {lr: by["post", lr]["blew_up"] or by["post", lr]["val"] > by["pre", lr]["val"] + TOLERANCE for lr in lrs}

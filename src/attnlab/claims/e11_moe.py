@@ -115,15 +115,16 @@ def analyze(ctx: Context) -> Result:
                   f"({moe['total'] / d16['total']:.3f}× dense 16d's {d16['total']:,}) but a token passes through "
                   f"{moe['active']:,} ({moe['active'] / d4['active']:.3f}× dense 4d's {d4['active']:,}); FLOPs per "
                   f"token {moe['flops'] / d4['flops']:.3f}× dense 4d's, while dense 16d needs "
-                  f"{d16['flops'] / d4['flops']:.2f}×. Forward + backward, interleaved: dense 4d {d4['ms']:.0f} ms, MoE "
-                  f"{moe['ms']:.0f} ms, dense 16d {d16['ms']:.0f} ms (in the training runs: {d4['run_ms']:.0f}, "
-                  f"{moe['run_ms']:.0f}, {d16['run_ms']:.0f} ms per step; 'cheap' needs MoE ≤ {TIME_TOL}× dense 4d and "
-                  f"< dense 16d: {'yes' if cheap else 'no'}). Val loss at equal steps: MoE {moe['val']:.3f}, dense 4d "
-                  f"{d4['val']:.3f}, dense 16d {d16['val']:.3f} (the extra parameters "
+                  f"{d16['flops'] / d4['flops']:.2f}×. Forward + backward, interleaved: dense 4d {d4['ms']:.0f} ms, "
+                  f"MoE {moe['ms']:.0f} ms, dense 16d {d16['ms']:.0f} ms (in the training runs: "
+                  f"{d4['run_ms']:.0f}, {moe['run_ms']:.0f}, {d16['run_ms']:.0f} ms per step; 'cheap' needs MoE "
+                  f"≤ {TIME_TOL}× dense 4d and < dense 16d: {'yes' if cheap else 'no'}). Val loss at equal steps: "
+                  f"MoE {moe['val']:.3f}, dense 4d {d4['val']:.3f}, dense 16d {d16['val']:.3f} (the extra parameters "
                   f"{'help' if helps else 'do not help'} at dense-4d's compute)."),
-        notes=("The runs' step times are wall clock on a CPU shared with other jobs, hence the interleaved re-measurement; the MoE dispatch is a Python loop over "
-               "8 small experts, which costs more on a CPU at this size than on an accelerator. A few hundred steps "
-               "on ~100k tokens: the bigger models are not trained to convergence."),
+        notes=("The runs' step times are wall clock on a CPU shared with other jobs, hence the interleaved "
+               "re-measurement; the MoE dispatch is a Python loop over 8 small experts, which costs more on a CPU "
+               "at this size than on an accelerator. A few hundred steps on ~100k tokens: the bigger models are not "
+               "trained to convergence."),
     )
 
 
