@@ -13,6 +13,7 @@ would dominate a whole-block ratio for a reason unrelated to depth.
 from __future__ import annotations
 
 import math
+from statistics import median
 
 import hydra
 import torch
@@ -97,6 +98,7 @@ def analyze(ctx: Context) -> Result:
                      f"{' (post diverged)' if by['post', lr]['blew_up'] else ''}"
                      f"{' (pre diverged)' if by['pre', lr]['blew_up'] else ''}" for lr in lrs)
     ratio = {n: grads[n][0] / grads[n][-1] for n in grads}
+    scale = median(grads["pre"]) / median(grads["post"])
     steps = int(ctx.jobs()[0].config.trainer.max_steps)
     return Result(
         rows=rows,
@@ -111,7 +113,9 @@ def analyze(ctx: Context) -> Result:
                   + ("post-LN's gradients shrink towards the input much more than pre-LN's, as Xiong et al. "
                      "describe." if ratio["post"] < ratio["pre"] / IMBALANCE else
                      f"post-LN's gradients do not shrink towards the input (not by {IMBALANCE}× more than "
-                     "pre-LN's): with this initialization its layers start as balanced as pre-LN's.")),
+                     "pre-LN's): with this initialization its layers start as balanced as pre-LN's.")
+                  + f" In size, post-LN's feed-forward gradients are {scale:.0f}× smaller than pre-LN's (median over "
+                  "layers): small everywhere rather than vanishing with depth."),
         notes=("The net uses GPT-2's initialization (residual output projections scaled by 1/√(2L)), which keeps "
                "every post-LN residual branch small at the start and is itself a known remedy; the runs are short "
                "(a few hundred steps), so a late divergence would not be seen. Post-LN here has no final norm "
