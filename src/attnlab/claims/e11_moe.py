@@ -86,14 +86,16 @@ def analyze(ctx: Context) -> Result:
     x = range(len(names))
     ax_par.bar([i - 0.2 for i in x], [info[n]["total"] / 1e6 for n in names], 0.4, label="total")
     ax_par.bar([i + 0.2 for i in x], [info[n]["active"] / 1e6 for n in names], 0.4, label="active per token")
-    ax_time.bar([i - 0.2 for i in x], [info[n]["run_ms"] for n in names], 0.4, label="training run (wall)")
-    ax_time.bar([i + 0.2 for i in x], [info[n]["ms"] for n in names], 0.4, label="fwd+bwd, interleaved (CPU)")
+    base = info[names[0]]
+    ax_time.bar([i - 0.2 for i in x], [info[n]["flops"] / base["flops"] for n in names], 0.4, label="FLOPs / token")
+    ax_time.bar([i + 0.2 for i in x], [info[n]["ms"] / base["ms"] for n in names], 0.4,
+                label="fwd+bwd time (interleaved)")
     for ax in (ax_par, ax_time):
         ax.set_xticks(list(x), [n.replace(" top-2", "\ntop-2") for n in names], fontsize=7)
     ax_val.set(xlabel="step", ylabel="val loss", title="validation loss")
     ax_val.set_ylim(top=max(info[n]["val"] for n in names) + 0.6)
     ax_par.set(ylabel="non-embedding parameters (M)", title="parameters")
-    ax_time.set(ylabel="ms (median)", title="measured time per step")
+    ax_time.set(ylabel=f"× {names[0]}", title="compute per step")
     ax_time.legend(fontsize=7)
     ax_val.legend(fontsize=7)
     ax_par.legend(fontsize=7)
