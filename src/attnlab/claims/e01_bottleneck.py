@@ -1,9 +1,10 @@
 """E1: the fixed-size context vector c is a bottleneck: exact match by source length, with and without attention.
 
-Three translators of the numbers (English -> French words, up to 9 digits) get the same short budget: the RNN
-encoder-decoder that hands the decoder one fixed vector c (``model=seq2seq_baseline``), the same RNN with Bahdanau
-attention over every encoder state (``seq2seq_attention``) and a transformer (``transformer_mt``). Greedy test exact
-match per source-length bucket says whether quality falls with length, and for which of them.
+Three translators of the numbers (English -> French words, up to 9 digits): the RNN encoder-decoder that hands the
+decoder one fixed vector c (``model=seq2seq_baseline``) and the same RNN with Bahdanau attention over every encoder
+state (``seq2seq_attention``), with the same short budget, and a transformer (``transformer_mt``), which needs more
+steps before it reads the source at all. Greedy test exact match per source-length bucket says whether quality falls
+with length, and for which of them.
 """
 
 from __future__ import annotations
@@ -102,9 +103,14 @@ CLAIM = Claim(
     title="Fixed context vector bottleneck",
     statement=("An RNN encoder-decoder passes the input through one fixed-size context vector c whatever the input "
                "length: an information bottleneck, so quality falls as inputs get longer."),
-    commands=["python train.py -m experiment=e01_bottleneck model=seq2seq_baseline,seq2seq_attention,transformer_mt"],
+    commands=["python train.py -m experiment=e01_bottleneck model=seq2seq_baseline,seq2seq_attention",
+              # the transformer ignores the source for its first few hundred steps (README: exact match 0.13 after
+              # 313 steps, 0.94 after 626; measured here: 0.00 after 250 and after 500 with lr 1e-3), so it gets 3
+              # epochs and its own recipe's warmup
+              "python train.py -m experiment=e01_bottleneck model=transformer_mt trainer.max_epochs=3 "
+              "model.scheduler.warmup_steps=200"],
     analyze=analyze,
     quick=["++model.net.d_model=32", "data.train_size=600", "data.val_size=40", "data.test_size=60",
            "data.batch_size=16", "data.vocab_size=512"],
-    minutes=5,
+    minutes=7,
 )
