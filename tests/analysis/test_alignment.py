@@ -64,7 +64,7 @@ def test_alignment_counts():
     perfect = torch.zeros(4, 5)
     perfect[0, 1] = perfect[1, 2] = perfect[2, 3] = perfect[3, 4] = 1.0
     c = alignment_counts(perfect, src, tgt)
-    assert (c.hits, c.total) == (3, 3)
+    assert (c.hits, c.total, c.mass) == (3, 3, 3.0)
     assert c.chance == pytest.approx(2 / 5 + 1 / 5 + 1 / 5)  # same-chunk share of the 5 real source tokens
     assert c.diagonal == 3  # 3 target words over 4 source words: t=0 -> word 0 (M), 1 -> word 2 (K), 2 -> word 3 (R)
     shifted = alignment_counts(torch.eye(5), src, [M, M, K, R, NO_CHUNK])
@@ -72,6 +72,10 @@ def test_alignment_counts():
     assert shifted.total == 4
     on_eos = torch.zeros(4, 6)
     on_eos[:, 4] = 1.0  # all on <eos>; column 5 (padding) is ignored
-    assert alignment_counts(on_eos, src, tgt).hits == 0
+    assert alignment_counts(on_eos, src, tgt).hits == alignment_counts(on_eos, src, tgt).mass == 0
+    half = torch.zeros(4, 5)
+    half[:, 0] = half[:, 4] = 0.5  # half on "M", half on <eos>
+    c = alignment_counts(half, src, tgt)
+    assert c.mass == pytest.approx(0.5) and c.rates()["mass"] == pytest.approx(0.5 / 3)
     with pytest.raises(ValueError, match="smaller"):
         alignment_counts(torch.zeros(2, 5), src, tgt)

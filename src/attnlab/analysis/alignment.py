@@ -3,7 +3,8 @@
 For the number-words data the right source words are known at the level of magnitude groups
 (:func:`attnlab.data.numbers.word_chunks`: millions / thousands / hundreds / rest), so each target token has a
 *chunk*, each source token too, and an attention row (the weights used to produce one target token) is counted as
-aligned when its argmax lands on a source token of the target token's chunk. Two references put the rate in scale:
+aligned when its argmax lands on a source token of the target token's chunk; the softer score is the share of the
+row's weight on those tokens (over the real source tokens, <eos> included). Two references put the rate in scale:
 
 * chance: a uniformly random source position (the share of same-chunk tokens among the real source tokens);
 * diagonal: the monotonic guess "target word i of T reads source word ≈ (i + ½)·S/T" (the chunks come in the same
@@ -16,6 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from ..data.numbers import word_chunks
@@ -45,19 +47,22 @@ class AlignmentCounts:
     """Sums over target tokens; the rates are these divided by ``total``."""
 
     hits: float = 0.0  # argmax attention on a source token of the target token's chunk
+    mass: float = 0.0  # attention weight on the source tokens of the target token's chunk (a softer score)
     chance: float = 0.0  # expected hits of a uniformly random source position
     diagonal: float = 0.0  # hits of the monotonic position guess
     total: int = 0  # target tokens scored (those with a chunk)
 
     def add(self, other: "AlignmentCounts") -> None:
         self.hits += other.hits
+        self.mass += other.mass
         self.chance += other.chance
         self.diagonal += other.diagonal
         self.total += other.total
 
     def rates(self) -> dict[str, float]:
         n = max(self.total, 1)
-        return {"argmax": self.hits / n, "chance": self.chance / n, "diagonal": self.diagonal / n}
+        return {"argmax": self.hits / n, "mass": self.mass / n, "chance": self.chance / n,
+                "diagonal": self.diagonal / n}
 
 
 def alignment_counts(attn: Tensor, src_chunks: list[int], tgt_chunks: list[int]) -> AlignmentCounts:
@@ -76,12 +81,15 @@ def alignment_counts(attn: Tensor, src_chunks: list[int], tgt_chunks: list[int])
     # the diagonal guess maps the scored target tokens evenly onto the source tokens that have a chunk (not <eos>)
     words = [s for s in range(S) if src_chunks[s] != NO_CHUNK]
     scored = [t for t in range(T) if tgt_chunks[t] != NO_CHUNK]
-    argmax = attn[:T, :S].float().argmax(dim=-1).tolist()
+    weights = attn[:T, :S].float()
+    argmax = weights.argmax(dim=-1).tolist()
+    src = torch.tensor(src_chunks)
     counts = AlignmentCounts()
     for i, t in enumerate(scored):
         chunk = tgt_chunks[t]
         counts.total += 1
         counts.hits += src_chunks[argmax[t]] == chunk
+        counts.mass += float(weights[t][src == chunk].sum() / weights[t].sum().clamp_min(1e-12))
         counts.chance += sum(c == chunk for c in src_chunks) / S
         if words:
             guess = words[min(len(words) - 1, int((i + 0.5) * len(words) / len(scored)))]

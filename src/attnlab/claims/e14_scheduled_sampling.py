@@ -13,6 +13,7 @@ from __future__ import annotations
 import hydra
 import torch
 
+from .. import paths  # noqa: F401  (sets ATTNLAB_ROOT, which the runs' data configs resolve against)
 from ..checkpoints import load_task
 from ..data.tokenizer import PAD_ID
 from ..tasks.translation import TranslationTask
