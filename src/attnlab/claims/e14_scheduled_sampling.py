@@ -10,11 +10,14 @@ and raise the free-running accuracy.
 
 from __future__ import annotations
 
+import math
+
 import hydra
 import torch
 
 from .. import paths  # noqa: F401  (sets ATTNLAB_ROOT, which the runs' data configs resolve against)
 from ..checkpoints import load_task
+from ..data.parallel import bucket_names
 from ..data.tokenizer import PAD_ID
 from ..tasks.translation import TranslationTask
 from .base import Claim, Context, Job, Result, fmt
@@ -46,7 +49,7 @@ def teacher_forced_accuracy(job: Job) -> tuple[float, float]:
 
 
 def analyze(ctx: Context) -> Result:
-    fig, (ax_ratio, ax_acc) = figure(ncols=2)
+    fig, (ax_len, ax_acc) = figure(ncols=2)
     rows, found = [], {}
     for schedule, label in SCHEDULES.items():
         job = ctx.job(model__scheduled_sampling__schedule=schedule)
@@ -56,13 +59,16 @@ def analyze(ctx: Context) -> Result:
         rows.append({"training": label, "greedy EM": fmt(greedy), "greedy BLEU": fmt(job.metric("test/bleu"), 1),
                      "teacher-forced sentence acc": fmt(sent_tf), "teacher-forced token acc": fmt(tok_acc),
                      "gap (TF - greedy)": fmt(sent_tf - greedy), "test loss (TF)": fmt(job.metric("test/loss"))})
+        names = bucket_names(job.config.data.bucket_edges)
+        em = [job.metrics.get(f"test/exact_match_len_{b}", math.nan) for b in names]
+        ax_len.plot(range(len(names)), em, marker="o", label=label)
         if schedule != "none":
             steps, ratio = job.curve("train/sampling_ratio")
-            ax_ratio.plot(steps, ratio, label=label)
             last = (steps[-1], ratio[-1])
     cfg = ctx.job(model__scheduled_sampling__schedule="inverse_sigmoid").config.model.scheduled_sampling
-    ax_ratio.set(xlabel="training step", ylabel="share of own tokens fed", ylim=(0, 1),
-                 title=f"inverse sigmoid, k={cfg.k:g}")
+    ax_len.set(xticks=range(len(names)), xticklabels=names, xlabel="source length (words)", ylim=(-0.02, 1.02),
+               ylabel="greedy test exact match", title=f"by length (inverse sigmoid, k={cfg.k:g})")
+    ax_len.legend(fontsize=8)
     x = range(len(SCHEDULES))
     ax_acc.bar([i - 0.2 for i in x], [found[s][1] for s in SCHEDULES], 0.4, label="reference prefix (TF)")
     ax_acc.bar([i + 0.2 for i in x], [found[s][0] for s in SCHEDULES], 0.4, label="own prefix (greedy)")
