@@ -120,7 +120,8 @@ def analyze(ctx: Context) -> Result:
                   f"{'shrinks' if shrinks else 'does not shrink'} by {SHRINK:.0%} or more."),
         notes=(f"One seed: the binomial standard error of an exact match near {em_tf:.2f} on "
                f"{n_test} test sentences is ±{math.sqrt(em_tf * (1 - em_tf) / n_test):.3f}, and seed-to-seed "
-               "variation was not measured, so differences of that size are not conclusive. One schedule (inverse sigmoid, k={cfg.k:g}: the share of own tokens fed reached "
+               "variation was not measured, so differences of that size are not conclusive. One schedule "
+               f"(inverse sigmoid, k={cfg.k:g}: the share of own tokens fed reached "
                f"{last[1]:.2f} at step {last[0]}), RNN only (the transformer's two-pass variant was not run). The "
                "numbers task is deterministic and its outputs short; exposure bias matters more for long, ambiguous "
                "outputs."),
