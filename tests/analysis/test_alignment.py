@@ -73,6 +73,7 @@ def test_alignment_counts():
     on_eos = torch.zeros(4, 6)
     on_eos[:, 4] = 1.0  # all on <eos>; column 5 (padding) is ignored
     assert alignment_counts(on_eos, src, tgt).hits == alignment_counts(on_eos, src, tgt).mass == 0
+    assert alignment_counts(on_eos, src, tgt).on_eos == 3 and c.on_eos == 0
     half = torch.zeros(4, 5)
     half[:, 0] = half[:, 4] = 0.5  # half on "M", half on <eos>
     c = alignment_counts(half, src, tgt)

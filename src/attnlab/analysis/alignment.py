@@ -48,6 +48,7 @@ class AlignmentCounts:
 
     hits: float = 0.0  # argmax attention on a source token of the target token's chunk
     mass: float = 0.0  # attention weight on the source tokens of the target token's chunk (a softer score)
+    on_eos: float = 0.0  # argmax on a source token without a chunk (<eos>)
     chance: float = 0.0  # expected hits of a uniformly random source position
     diagonal: float = 0.0  # hits of the monotonic position guess
     total: int = 0  # target tokens scored (those with a chunk)
@@ -55,14 +56,15 @@ class AlignmentCounts:
     def add(self, other: "AlignmentCounts") -> None:
         self.hits += other.hits
         self.mass += other.mass
+        self.on_eos += other.on_eos
         self.chance += other.chance
         self.diagonal += other.diagonal
         self.total += other.total
 
     def rates(self) -> dict[str, float]:
         n = max(self.total, 1)
-        return {"argmax": self.hits / n, "mass": self.mass / n, "chance": self.chance / n,
-                "diagonal": self.diagonal / n}
+        return {"argmax": self.hits / n, "mass": self.mass / n, "on_eos": self.on_eos / n,
+                "chance": self.chance / n, "diagonal": self.diagonal / n}
 
 
 def alignment_counts(attn: Tensor, src_chunks: list[int], tgt_chunks: list[int]) -> AlignmentCounts:
@@ -89,6 +91,7 @@ def alignment_counts(attn: Tensor, src_chunks: list[int], tgt_chunks: list[int])
         chunk = tgt_chunks[t]
         counts.total += 1
         counts.hits += src_chunks[argmax[t]] == chunk
+        counts.on_eos += src_chunks[argmax[t]] == NO_CHUNK
         counts.mass += float(weights[t][src == chunk].sum() / weights[t].sum().clamp_min(1e-12))
         counts.chance += sum(c == chunk for c in src_chunks) / S
         if words:

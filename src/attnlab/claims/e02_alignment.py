@@ -118,7 +118,7 @@ def analyze(ctx: Context) -> Result:
     n_tokens = next(iter(rnn_counts.values())).total
     labels = ["RNN + Bahdanau", *(f"transformer {k} (head mean)" for k in tr_layers)]
     rows = [{"attention": label, "argmax on the right chunk": fmt(r["argmax"]), "weight on it": fmt(r["mass"]),
-             "chance": fmt(r["chance"]), "diagonal guess": fmt(r["diagonal"]), "target tokens": n_tokens}
+             "argmax on <eos>": fmt(r["on_eos"]), "chance": fmt(r["chance"]), "diagonal guess": fmt(r["diagonal"]), "target tokens": n_tokens}
             for label, r in zip(labels, scores)]
     aligned = rnn["argmax"] >= chance + CHANCE_MARGIN
     some = max(rnn["argmax"], rnn["mass"]) >= chance + SOME_MARGIN
@@ -134,7 +134,9 @@ def analyze(ctx: Context) -> Result:
                   f"{chance:.0%} for a uniformly random source token: {rnn['argmax'] - chance:+.2f} (argmax) and "
                   f"{rnn['mass'] - chance:+.2f} (weight) above chance, where {CHANCE_MARGIN} counts as learned and "
                   f"{SOME_MARGIN} as partly learned. A guess that reads the source at a constant pace, knowing "
-                  f"both lengths, scores {diagonal:.0%}.{tr_text}"),
+                  f"both lengths, scores {diagonal:.0%}. {rnn['on_eos']:.0%} of the RNN's argmaxes are on the source "
+                  f"<eos> (whose forward encoder state has read the whole sentence); of the others, "
+                  f"{rnn['argmax'] / max(1e-9, 1 - rnn['on_eos']):.0%} are on the right group.{tr_text}"),
         notes=("The chunks are coarse (the 3 words of 'deux cent trente-quatre mille' are one group), so this "
                "scores group-level alignment, not word-level. <eos> rows are not scored; an argmax on the source "
                "<eos> counts as a miss. The diagonal guess is a reference, not a bar: it knows the target length and "
