@@ -20,6 +20,11 @@ Copy pairs (claim E15, ``copy_names=True``): "<name> has <number>" -> "<name> a 
 ``HELD_OUT_NAMES``, never seen in training, with *training* integers, so the only new thing in a copy_test pair is
 the name, which can only be translated by copying it.
 
+Chunks (claim E2, ``word_chunks``): a number's words fall into magnitude groups, "one million | two hundred and
+thirty-four thousand | five hundred | and sixty-seven" -> "un million | deux cent trente-quatre mille | cinq cent |
+soixante-sept", and each English group translates to the French group of the same magnitude. That is a known,
+coarse word alignment, against which a model's unsupervised attention can be scored.
+
 Everything is generated once per parameter set and cached as ``<cache_dir>/numbers/<key>/{train,val,test}.tsv``
 (+ ``copy_test.tsv``, ``meta.json``), the directory written atomically (``parallel.write_split_dir``).
 """
@@ -88,6 +93,40 @@ def target_words(n: int, lang: str = "fr") -> str:
     if lang not in TARGET_LANGS:
         raise ValueError(f"unknown target_lang {lang!r}; valid: {', '.join(TARGET_LANGS)}")
     return num2words(n, lang=lang)
+
+
+# Magnitude groups of a number's words, largest first; the last one ("rest") is what follows the last marker.
+CHUNKS: tuple[str, ...] = ("billions", "millions", "thousands", "hundreds", "rest")
+# The word that closes each group but the last, per language (num2words' spellings; French plurals included).
+CHUNK_MARKERS: dict[str, tuple[frozenset[str], ...]] = {
+    "en": (frozenset({"billion"}), frozenset({"million"}), frozenset({"thousand"}), frozenset({"hundred"})),
+    "fr": (frozenset({"milliard", "milliards"}), frozenset({"million", "millions"}), frozenset({"mille"}),
+           frozenset({"cent", "cents"})),
+}  # fmt: skip
+
+
+def word_chunks(text: str, lang: str) -> list[int]:
+    """The magnitude group (an index into ``CHUNKS``) of every whitespace-separated word of a number's text.
+
+    Scans left to right: the billions group runs up to and including "billion" / "milliard(s)", the millions
+    group up to "million(s)", the thousands group up to "thousand" / "mille" (so the hundreds *of the thousands*
+    belong to it: "two hundred and thirty-four thousand" is one group), the hundreds group up to the last group's
+    "hundred" / "cent(s)", and every word after that is "rest" (English "and" included: "five hundred | and
+    sixty-seven"). A group the number does not have is simply absent. ``lang`` is ``"en"`` (a source) or ``"fr"``
+    (a target); German compounds ("zweihundertdreißig") have no word boundaries to score, so they are refused.
+    For number pairs only: a copy pair's name and template words would land in some group.
+    """
+    if lang not in CHUNK_MARKERS:
+        raise ValueError(f"word_chunks knows {', '.join(CHUNK_MARKERS)} number words, not {lang!r}")
+    words = text.split()
+    labels = [len(CHUNKS) - 1] * len(words)
+    start = 0
+    for chunk, markers in enumerate(CHUNK_MARKERS[lang]):
+        end = next((j for j in range(start, len(words)) if words[j] in markers), None)
+        if end is not None:
+            labels[start : end + 1] = [chunk] * (end + 1 - start)
+            start = end + 1
+    return labels
 
 
 def digit_range(d: int) -> tuple[int, int]:

@@ -84,6 +84,11 @@ class BPETokenizer:
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text).ids
 
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        """Character span ``(start, end)`` of each token of ``encode(text)`` in ``text``; a token's leading space
+        is inside its span ("one million" -> (0, 3), (3, 11)). To map tokens back to words (claim E2)."""
+        return [tuple(o) for o in self._tok.encode(text).offsets]
+
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [e.ids for e in self._tok.encode_batch(list(texts))]
 
