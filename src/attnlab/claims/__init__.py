@@ -1,4 +1,3 @@
-# >>> HELPER: READ /work/wt-rnnmt/00_HELPER_RULES_READ_FIRST.md NOW (rules: OMP_NUM_THREADS=1, deadlines, what to commit). DELETE THIS LINE BEFORE COMMITTING. <<<
 """The seeds' claims (E1–E18 of shared/claims.md) as experiments: one command each, a number, a figure, a verdict.
 
 Each claim is a module ``eNN_<topic>.py`` holding ``CLAIM`` (a :class:`~attnlab.claims.base.Claim`): the

@@ -1,4 +1,3 @@
-# >>> HELPER: READ /work/wt-rnnmt/00_HELPER_RULES_READ_FIRST.md NOW (rules: OMP_NUM_THREADS=1, deadlines, what to commit). DELETE THIS LINE BEFORE COMMITTING. <<<
 """What a claim is made of, and what its analysis gets to work with.
 
 A :class:`Claim` names its training commands (``python train.py -m experiment=eNN_... a=x,y``, exactly what a user

@@ -1,4 +1,3 @@
-# >>> HELPER: READ /work/wt-rnnmt/00_HELPER_RULES_READ_FIRST.md NOW (rules: OMP_NUM_THREADS=1, deadlines, what to commit). DELETE THIS LINE BEFORE COMMITTING. <<<
 """E9: RMSNorm vs LayerNorm in a pre-norm GPT: validation loss at equal steps and the measured step time."""
 
 from __future__ import annotations
