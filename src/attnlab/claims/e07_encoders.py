@@ -86,7 +86,7 @@ def analyze(ctx: Context) -> Result:
     far = {n: row[n][f"acc d≥{r_cnn}"] for n in row}
     near_cnn = row["cnn"][f"acc d<{r_cnn}"]
     global_reach = far["rnn"] >= REACH and far["attention"] >= REACH
-    cnn_local = near_cnn >= REACH and far["cnn"] <= chance + 0.1
+    cnn_local = far["cnn"] <= chance + 0.1 and near_cnn >= chance + 0.3  # at chance beyond R, clearly not inside
     stacking = far["deep cnn"] >= REACH
     parallel = row["attention"]["median step ms"] < row["rnn"]["median step ms"]
     accuracy_holds = global_reach and cnn_local
@@ -103,12 +103,11 @@ def analyze(ctx: Context) -> Result:
         evidence=(
             f"Needle recall, T={seq_len}, {k} classes, answer read at the last position. Inside its receptive field "
             f"(distance < {r_cnn}) the {row['cnn']['layers']}-layer CNN is at {near_cnn:.2f}, beyond it at "
-            f"{far['cnn']:.2f} (chance {chance:.3f}, rule: ≤ chance + 0.1): "
+            f"{far['cnn']:.2f} (chance {chance:.3f}; rule: beyond ≤ chance + 0.1, inside ≥ chance + 0.3): "
             f"{'local only, as claimed' if cnn_local else 'not the predicted step'}. The RNN "
             f"({far['rnn']:.2f}) and self-attention ({far['attention']:.2f}) "
             f"{'both' if global_reach else 'do not both'} reach ≥ {REACH} beyond it. Stacking the CNN to "
-            f"{row['deep cnn']['layers']} layers (R={r_deep} ≥ T) gives {far['deep cnn']:.2f} there after "
-            f"{row['deep cnn']['steps']} steps, with "
+            f"{row['deep cnn']['layers']} layers (R={r_deep} ≥ T) gives {far['deep cnn']:.2f} there, with "
             f"{row['deep cnn']['params'] / row['cnn']['params']:.1f}× the parameters: "
             f"{'stacking buys the range' if stacking else 'stacking did not buy the range in this budget'}. "
             f"Step time: attention {row['attention']['median step ms']} ms vs RNN {row['rnn']['median step ms']} ms "
@@ -131,6 +130,6 @@ CLAIM = Claim(
               "model.net.kernel_size=9"],
     analyze=analyze,
     quick=["model.net.d_model=16", "model.net.n_heads=2", "data.seq_len=24", "data.batch_size=8",
-           "callbacks.throughput.log_every_n_steps=1"],
+           "callbacks.throughput.log_every_n_steps=1", "trainer.val_check_interval=1.0"],
     minutes=5,
 )
