@@ -94,6 +94,9 @@ def analyze(ctx: Context) -> Result:
                else "partly reproduced" if accuracy_holds or (global_reach and stacking) else "not reproduced")
     speed = row["rnn"]["median step ms"] / row["attention"]["median step ms"]
     r_deep = records["deep cnn"]["receptive_field"]
+    far_quarter = 3 * (seq_len - 1) // 4  # the farthest quarter of the distances
+    deep_mid, deep_end = (accuracy(records["deep cnn"], r_cnn, far_quarter),
+                          accuracy(records["deep cnn"], far_quarter))
     return Result(
         rows=rows,
         headline=(f"beyond the CNN's receptive field ({r_cnn} tokens): attention {far['attention']:.2f}, RNN "
@@ -113,10 +116,13 @@ def analyze(ctx: Context) -> Result:
             f"Step time: attention {row['attention']['median step ms']} ms vs RNN {row['rnn']['median step ms']} ms "
             f"({row['rnn']['sequential steps']} sequential steps vs {row['attention']['sequential steps']}): "
             f"attention is {'faster' if parallel else 'not faster'}."),
-        notes=("Step times are wall-clock medians on the machine named below, which a CPU shares with other jobs; "
-               "a small GRU is cheap per step on a CPU, where the RNN's sequential loop costs little parallelism. "
-               "The answer is read at the last position for every encoder: mean pooling would let a CNN gather "
-               "local detections from the whole sequence (pooling is itself a global operation)."),
+        notes=(f"The stacked CNN covers the sequence on paper (R={r_deep}), yet after {row['deep cnn']['steps']} "
+               f"steps it is at {deep_mid:.2f} for distances {r_cnn}…{far_quarter - 1} and {deep_end:.2f} for the "
+               f"farthest quarter (≥ {far_quarter}): few paths reach the edge of a receptive field, so the range a "
+               "CNN uses is shorter than R. Step times are wall-clock medians on the machine named below, shared with "
+               "other jobs while this ran (noisy); on a CPU a GRU's sequential loop gives up little parallel "
+               "hardware, and no GPU was measured. Every encoder reads its answer at the last position: mean pooling "
+               "would let a CNN gather local detections from the whole sequence (pooling is a global operation)."),
     )
 
 
