@@ -22,6 +22,9 @@ The module provides two methods:
     ``(query_labels, key_labels)``; the longest matching prefix wins, ``y_labels``/``x_labels`` are the default.
     Labels whose count does not match a map's size are left out of that map.
 
+    It may return ``None``: this module has no attention to draw (a model family whose RNN or CNN variant shares
+    the attention variant's task); the callback then draws nothing, silently.
+
 ``attention_forward(self, **batch_kwargs)``
     Runs the model's forward pass on the sample (the result is ignored). Optional: without it the callback
     calls ``pl_module(**batch_kwargs)``.
@@ -158,7 +161,10 @@ class AttentionMapCallback(L.Callback):
 
     def render(self, trainer: L.Trainer, pl_module: L.LightningModule) -> list[Path]:
         """Run the sample, draw, save and log the maps now; returns the written paths."""
-        inputs, q_labels, k_labels, per_prefix = self._parse_sample(pl_module.attention_sample())
+        sample = pl_module.attention_sample()
+        if sample is None:  # the module says it has no attention to draw
+            return []
+        inputs, q_labels, k_labels, per_prefix = self._parse_sample(sample)
         inputs = move_data_to_device(inputs, pl_module.device)
         forward = getattr(pl_module, "attention_forward", None) or pl_module
 

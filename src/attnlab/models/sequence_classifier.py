@@ -1,0 +1,211 @@
+"""Sequence classification with three ways to process a sequence (seed claim C9, experiment E7).
+
+    ids (B, T) -> token embedding -> encoder -> outputs (B, T, D) -> pool -> linear -> logits (B, K)
+
+The encoder is the only thing that changes:
+
+* ``rnn``: a GRU. O(T) sequential steps: position t's state depends on every earlier position, but step t cannot
+  start before step t-1 has finished (not parallel over the sequence). ``bidirectional`` adds a right-to-left GRU
+  (each direction d_model/2 wide, so the output stays d_model).
+* ``cnn``: a stack of ``n_layers`` causal 1-D convolutions of width ``kernel_size`` (residual, pre-LayerNorm, GELU).
+  Parallel over positions, but each layer widens the window an output sees by ``kernel_size - 1``: output t
+  depends on exactly the inputs t-R+1 … t, with receptive field ``R = 1 + n_layers·(kernel_size - 1)``
+  (:attr:`SequenceClassifier.receptive_field`). Causal (left-padded), so that the whole window of the last
+  position lies inside the sequence.
+* ``attention``: the repository's transformer encoder: ``n_layers`` non-causal :class:`EncoderBlock`\\ s built from
+  the ``norm``/``ffn``/``moe``/``pos`` config groups. Parallel over positions, and every output sees every input
+  from the first layer on (O(T²) scores per layer).
+
+``pool``: ``last`` reads the output at the last position (the tasks here put the question there; an RNN's usual
+readout), ``mean`` averages every position's output. Note that mean pooling is itself a global operation: it lets a
+CNN gather local detections from the whole sequence, so a receptive-field comparison reads out at one position.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..modules.block import build_block, build_final_norm
+from ..modules.moe import moe_layers
+from ..modules.positional import RotaryEmbedding, build_additive_positions
+from ..modules.spec import FFNSpec, MoESpec, NormSpec, PosSpec
+
+ENCODERS = ("rnn", "cnn", "attention")
+POOLS = ("last", "mean")
+
+
+class GRUEncoder(nn.Module):
+    """(B, T, D) -> (B, T, D): a (bi)directional GRU, ``n_layers`` deep."""
+
+    def __init__(self, d_model: int, n_layers: int, bidirectional: bool = False, dropout: float = 0.0):
+        super().__init__()
+        if bidirectional and d_model % 2:
+            raise ValueError(f"a bidirectional GRU needs an even d_model (d_model/2 per direction), got {d_model}")
+        hidden = d_model // 2 if bidirectional else d_model
+        self.rnn = nn.GRU(d_model, hidden, num_layers=n_layers, batch_first=True, bidirectional=bidirectional,
+                          dropout=dropout if n_layers > 1 else 0.0)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.rnn(x)[0]
+
+
+class ConvLayer(nn.Module):
+    """x + dropout(GELU(causal_conv(LayerNorm(x)))): output t reads inputs t-k+1 … t."""
+
+    def __init__(self, d_model: int, kernel_size: int, dropout: float = 0.0):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.conv = nn.Conv1d(d_model, d_model, kernel_size)
+        self.drop = nn.Dropout(dropout)
+        self.left_pad = kernel_size - 1
+
+    def forward(self, x: Tensor) -> Tensor:  # (B, T, D)
+        h = self.norm(x).transpose(1, 2)  # (B, D, T)
+        h = self.conv(F.pad(h, (self.left_pad, 0)))  # pad on the left only: causal, length kept
+        return x + self.drop(F.gelu(h.transpose(1, 2)))
+
+
+class ConvEncoder(nn.Module):
+    """``n_layers`` :class:`ConvLayer` s and a final LayerNorm; receptive field ``1 + n_layers·(kernel_size-1)``."""
+
+    def __init__(self, d_model: int, n_layers: int, kernel_size: int = 3, dropout: float = 0.0):
+        super().__init__()
+        if kernel_size < 1 or n_layers < 1:
+            raise ValueError(f"kernel_size and n_layers must be >= 1, got {kernel_size}, {n_layers}")
+        self.layers = nn.ModuleList(ConvLayer(d_model, kernel_size, dropout) for _ in range(n_layers))
+        self.final_norm = nn.LayerNorm(d_model)
+        self.receptive_field = 1 + n_layers * (kernel_size - 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.final_norm(x)
+
+
+class AttentionEncoder(nn.Module):
+    """Positions (``pos`` group) + ``n_layers`` non-causal :class:`EncoderBlock` s + the final norm."""
+
+    def __init__(self, d_model: int, n_layers: int, n_heads: int, max_len: int, dropout: float = 0.0,
+                 attn_dropout: float = 0.0, bias: bool = True, norm=None, ffn=None, moe=None, pos=None):
+        super().__init__()
+        pos_spec = PosSpec.from_cfg(pos)
+        self.positions = build_additive_positions(pos_spec.kind, max_len, d_model)
+        rotary = (RotaryEmbedding(d_model // n_heads, max_len, pos_spec.rotary_base)
+                  if pos_spec.kind == "rotary" else None)
+        self.blocks = nn.ModuleList(
+            build_block(d_model, n_heads, norm=norm, ffn=ffn, moe=moe, dropout=dropout, attn_dropout=attn_dropout,
+                        bias=bias, rotary=rotary)
+            for _ in range(n_layers)
+        )
+        self.final_norm = build_final_norm(norm, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.positions is not None:
+            x = x + self.positions(x.shape[1])
+        for block in self.blocks:
+            x = block(x)  # non-causal: every position attends to every position
+        return self.final_norm(x)
+
+
+class SequenceClassifier(nn.Module):
+    """ids (B, T) -> logits (B, num_classes) through one of :data:`ENCODERS` (see the module docstring).
+
+    ``norm``, ``ffn``, ``moe``, ``pos``, ``n_heads`` and ``attn_dropout`` are read by the attention encoder only;
+    ``kernel_size`` by the CNN only; ``bidirectional`` by the RNN only.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int,
+        max_len: int = 128,
+        encoder: str = "attention",
+        d_model: int = 64,
+        n_layers: int = 2,
+        n_heads: int = 4,
+        kernel_size: int = 3,
+        bidirectional: bool = False,
+        pool: str = "last",
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        bias: bool = True,
+        norm: NormSpec | dict | None = None,
+        ffn: FFNSpec | dict | None = None,
+        moe: MoESpec | dict | None = None,
+        pos: PosSpec | dict | None = None,
+    ):
+        super().__init__()
+        if encoder not in ENCODERS:
+            raise ValueError(f"unknown encoder {encoder!r}; choose one of {', '.join(ENCODERS)}")
+        if pool not in POOLS:
+            raise ValueError(f"unknown pool {pool!r}; choose one of {', '.join(POOLS)}")
+        self.vocab_size, self.num_classes, self.max_len = vocab_size, num_classes, max_len
+        self.encoder_kind, self.d_model, self.n_layers, self.n_heads = encoder, d_model, n_layers, n_heads
+        self.pool = pool
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.drop = nn.Dropout(dropout)
+        if encoder == "rnn":
+            self.encoder = GRUEncoder(d_model, n_layers, bidirectional, dropout)
+        elif encoder == "cnn":
+            self.encoder = ConvEncoder(d_model, n_layers, kernel_size, dropout)
+        else:
+            self.encoder = AttentionEncoder(d_model, n_layers, n_heads, max_len, dropout, attn_dropout, bias,
+                                            norm, ffn, moe, pos)
+        self.head = nn.Linear(d_model, num_classes)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        """Xavier-uniform linear maps, N(0, 1) embeddings (as the ViT here; PyTorch's defaults for the GRU and the
+        convolutions)."""
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    @property
+    def receptive_field(self) -> int | None:
+        """How many input positions one output position can depend on: ``1 + L·(k-1)`` for the CNN; None (the
+        whole sequence) for the RNN (the positions before it; after it too if bidirectional) and attention."""
+        return self.encoder.receptive_field if self.encoder_kind == "cnn" else None
+
+    @property
+    def sequential_steps(self) -> int:
+        """Operations that must run one after another per forward pass at length ``max_len``: T per GRU layer,
+        one per convolution or attention layer."""
+        return self.n_layers * (self.max_len if self.encoder_kind == "rnn" else 1)
+
+    def features(self, ids: Tensor) -> Tensor:
+        """ids (B, T) -> every position's output (B, T, D)."""
+        if ids.shape[1] > self.max_len:
+            raise ValueError(f"sequence of {ids.shape[1]} tokens, max_len={self.max_len}")
+        return self.encoder(self.drop(self.embed(ids)))
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """ids (B, T) -> logits (B, num_classes)."""
+        h = self.features(ids)
+        return self.head(h[:, -1] if self.pool == "last" else h.mean(dim=1))
+
+    # --- sizes, for the comparison table and MFU ------------------------------------------------------------
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameters; without the token and position tables (``non_embedding``)."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.embed.weight.numel()
+            positions = getattr(self.encoder, "positions", None)
+            n -= sum(p.numel() for p in positions.parameters()) if positions is not None else 0
+        return n
+
+    def flops_per_token(self, seq_len: int | None = None) -> float:
+        """Training FLOPs per token: 6·N_active (every weight of the encoder is used once per position; the head
+        once per sequence), plus 12·L·d·T for the attention scores."""
+        t = seq_len or self.max_len
+        n = self.num_params(non_embedding=True)
+        for m in moe_layers(self):
+            n -= sum(p.numel() for p in m.experts[0].parameters()) * (m.num_experts - m.top_k)
+        head = sum(p.numel() for p in self.head.parameters())
+        flops = 6 * (n - head) + 6 * head / t
+        if self.encoder_kind == "attention":
+            flops += 12 * self.n_layers * self.d_model * t
+        return float(flops)

@@ -1,0 +1,153 @@
+"""Sequence classification (claim E7: RNN vs CNN vs self-attention): cross-entropy, accuracy, accuracy per distance.
+
+Batches are ``{"input_ids": (B, T), "label": (B,)}`` and, optionally, ``"distance": (B,)``: how far the evidence for
+the label sits from the readout position (:mod:`attnlab.data.needle_recall`). With distances, the test writes
+``<run dir>/test_by_distance.json``: the test accuracy at every distance, next to the encoder's size, receptive field
+and sequential steps, for the claim's analysis.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torchmetrics import MeanMetric, Metric
+from torchmetrics.classification import MulticlassAccuracy
+
+from ..utils.plotting import new_figure, save_figure
+from .base import Task
+
+
+class AccuracyByDistance(Metric):
+    """Correct and total predictions per distance 0 … max_distance (summed over DDP ranks)."""
+
+    full_state_update = False
+
+    def __init__(self, max_distance: int):
+        super().__init__()
+        self.add_state("correct", torch.zeros(max_distance + 1, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("total", torch.zeros(max_distance + 1, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, preds: Tensor, target: Tensor, distance: Tensor) -> None:
+        self.correct += torch.bincount(distance, weights=(preds == target).long(), minlength=len(self.correct)).long()
+        self.total += torch.bincount(distance, minlength=len(self.total))
+
+    def compute(self) -> tuple[Tensor, Tensor]:
+        return self.correct, self.total
+
+
+class SequenceClassificationTask(Task):
+    """Wraps a :class:`~attnlab.models.sequence_classifier.SequenceClassifier` built from ``net``.
+
+    Args:
+        label_smoothing: cross-entropy label smoothing (training loss only).
+        attention_tokens: ignored; ``debug=fast`` sets it for every model (the language model's sample length).
+    """
+
+    def __init__(self, net, optimizer=None, scheduler=None, compile: bool = False, label_smoothing: float = 0.0,
+                 attention_tokens: int | None = None):
+        super().__init__(net, optimizer, scheduler, compile)
+        self.label_smoothing = label_smoothing
+        k = self.net.num_classes
+        self.val_acc, self.test_acc = MulticlassAccuracy(k, average="micro"), MulticlassAccuracy(k, average="micro")
+        self.val_loss, self.test_loss = MeanMetric(), MeanMetric()
+        self.test_by_distance = AccuracyByDistance(self.net.max_len)
+        self.by_distance_path: Path | None = None
+        self._sample: dict[str, Tensor] | None = None
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self._forward(ids)
+
+    # --- steps ------------------------------------------------------------------------------------------------
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        logits = self(batch["input_ids"])
+        ce = F.cross_entropy(logits, batch["label"], label_smoothing=self.label_smoothing)
+        self.log("train/loss", ce, on_step=True, prog_bar=True)
+        self.log("train/acc", (logits.detach().argmax(-1) == batch["label"]).float().mean(), on_step=True)
+        return self.add_moe_losses(ce, "train")
+
+    def _eval_step(self, batch: dict, stage: str, mean_loss: MeanMetric, acc: MulticlassAccuracy) -> Tensor:
+        logits = self(batch["input_ids"])
+        loss = F.cross_entropy(logits, batch["label"])
+        self.add_moe_losses(loss, stage)
+        preds = logits.argmax(dim=-1)
+        mean_loss.update(loss, weight=len(batch["label"]))
+        acc.update(preds, batch["label"])
+        self.log(f"{stage}/loss", mean_loss, on_epoch=True, prog_bar=True)
+        self.log(f"{stage}/acc", acc, on_epoch=True, prog_bar=True)
+        return preds
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch, "val", self.val_loss, self.val_acc)
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        preds = self._eval_step(batch, "test", self.test_loss, self.test_acc)
+        if "distance" in batch:
+            self.test_by_distance.update(preds, batch["label"], batch["distance"])
+
+    def on_test_epoch_end(self) -> None:
+        correct, total = (t.cpu() for t in self.test_by_distance.compute())  # every rank: it syncs
+        self.test_by_distance.reset()
+        trainer = self._trainer
+        if trainer is None or not trainer.is_global_zero or int(total.sum()) == 0:
+            return
+        net = self.net
+        seen = total.nonzero().flatten().tolist()
+        record = {
+            "encoder": net.encoder_kind, "seq_len": net.max_len, "num_classes": net.num_classes,
+            "params": net.num_params(non_embedding=False), "receptive_field": net.receptive_field,
+            "sequential_steps": net.sequential_steps, "global_step": trainer.global_step,
+            "distance": seen, "correct": [int(correct[d]) for d in seen], "total": [int(total[d]) for d in seen],
+        }
+        self.by_distance_path = Path(trainer.default_root_dir) / "test_by_distance.json"
+        self.by_distance_path.parent.mkdir(parents=True, exist_ok=True)
+        self.by_distance_path.write_text(json.dumps(record) + "\n")
+
+    # --- protocols used by callbacks (throughput, attention maps) ---------------------------------------------
+    def tokens_in_batch(self, batch: dict) -> int:
+        return batch["input_ids"].numel()
+
+    def flops_per_token(self, seq_len: int) -> float:
+        return self.net.flops_per_token(seq_len)
+
+    def attention_sample(self):
+        """The datamodule's fixed validation sequence, or None (nothing to draw) for the RNN and CNN encoders."""
+        if self.net.encoder_kind != "attention":
+            return None
+        dm = self.trainer.datamodule
+        if self._sample is None:
+            self._sample = dm.example() if hasattr(dm, "example") else None
+            if self._sample is None:
+                return None
+        ids = self._sample["input_ids"]
+        names = dm.token_names(ids[0]) if hasattr(dm, "token_names") else [str(int(i)) for i in ids[0]]
+        return {"ids": ids}, names, names
+
+    def render_attention(self, maps: dict[str, Tensor], out_dir: Path) -> list[tuple[str, Path]]:
+        """One figure, ``query_attention.png``: for every layer (rows), each head's attention from the readout
+        position (the last one, where the question is) over the sequence, the answer's position marked."""
+        names = sorted(maps, key=lambda n: tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", n)))
+        sample = self._sample or {}
+        answer = None
+        if "distance" in sample:
+            answer = sample["input_ids"].shape[1] - 1 - int(sample["distance"][0])
+        fig = new_figure(figsize=(9, 1.1 + 1.3 * len(names)))
+        axes = fig.subplots(len(names), 1, squeeze=False)[:, 0]
+        for ax, name in zip(axes, names):
+            w = maps[name][0, :, -1, :].float().cpu()  # (H, T): the last query's row, every head
+            ax.imshow(w.numpy(), aspect="auto", cmap="viridis", vmin=0, interpolation="nearest")
+            ax.set_yticks(range(w.shape[0]), [f"h{h}" for h in range(w.shape[0])], fontsize=7)
+            ax.set_title(name, fontsize=8)
+            if answer is not None:
+                ax.axvline(answer, color="red", lw=0.8, ls="--")
+        axes[-1].set_xlabel("key position" + (" (red: the answer)" if answer is not None else ""))
+        fig.suptitle(f"attention of the last position — epoch {self.current_epoch}, step {self.global_step}",
+                     fontsize=9)
+        fig.tight_layout()
+        path = save_figure(fig, Path(out_dir) / "query_attention.png")
+        del fig
+        return [("query_attention", path)]
