@@ -115,7 +115,7 @@ def analyze(ctx: Context) -> Result:
                   f"{learned['translation unchanged by shuffling']:.0%} are unchanged. Dropping positions costs "
                   f"{gap:.3f} exact match (needed: 0.05) and {learned['test BLEU'] - none['test BLEU']:.1f} BLEU. "
                   f"'{PAIR[0]}' / '{PAIR[1]}' -> without positions: {said('none')}; with: {said('learned')}."),
-        notes=(f"Same seed, data and {job.curve('train/loss')[0][-1] + 1} training steps for both; positions only on "
+        notes=(f"Same seed, data and {job.curve('val/loss')[0][-1] + 1} training steps for both; positions only on "
                f"the inputs (the decoder without positions can still count through its causal mask). "
                f"Equivariance measured on {min(N_SENTENCES, sum(len(b['src']) for b in batches))} test sources "
                f"of 2+ tokens, one at a time (no padding), in eval mode."),

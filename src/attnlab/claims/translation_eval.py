@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .. import paths  # noqa: F401  (sets ATTNLAB_ROOT, which a run's saved config resolves its cache dir against)
 from ..metrics.translation import TranslationMetrics
 from .base import Job
 
