@@ -58,7 +58,9 @@ def render(docs: Path) -> str:
             continue
         lines += ["", f"## {cid}", "", f"### {r['title']}", "", f"**Claim.** {r['statement']}", "",
                   "**Command** (`python -m attnlab.claims run " + cid + "` runs it and the analysis):", "", "```bash"]
-        lines += r["commands"] + ["```", ""]
+        uses = claims[cid].uses if cid in claims else ()  # a claim without commands analyzes other claims' runs
+        lines += r["commands"] or [f"# no training of its own: it analyzes the runs of {', '.join(uses)}"]
+        lines += ["```", ""]
         lines += table(r["rows"])
         lines += ["", f"![{cid}]({r['figure']})", "",
                   f"**Verdict: {r['verdict']}.** {r['evidence']}", ""]
