@@ -66,7 +66,10 @@ def render(docs: Path) -> str:
                   f"**Verdict: {r['verdict']}.** {r['evidence']}", ""]
         if r.get("notes"):
             lines += [f"*Notes.* {r['notes']}", ""]
-        ran = f"{r['minutes']} min" if r.get("minutes") is not None else "analysis only"
+        if r.get("minutes") is not None:
+            ran = f"{r['minutes']} min (wall, all its runs)"
+        else:  # --analyze-only of runs made another way, or a claim that only reads another's runs
+            ran = "run time not recorded" if r["commands"] else "analysis only"
         lines.append(f"<sub>{ran} on {r['machine']}, {r['date']}, commit {r.get('git') or '?'}</sub>")
     return "\n".join(lines) + "\n"
 
