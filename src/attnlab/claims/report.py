@@ -67,7 +67,8 @@ def render(docs: Path) -> str:
         if r.get("notes"):
             lines += [f"*Notes.* {r['notes']}", ""]
         if r.get("minutes") is not None:
-            ran = f"{r['minutes']} min (wall, all its runs)"
+            load = r.get("load")
+            ran = f"{r['minutes']} min (wall, all its runs" + (f", load average {load[0]}→{load[1]})" if load else ")")
         else:  # --analyze-only of runs made another way, or a claim that only reads another's runs
             ran = "run time not recorded" if r["commands"] else "analysis only"
         lines.append(f"<sub>{ran} on {r['machine']}, {r['date']}, commit {r.get('git') or '?'}</sub>")

@@ -46,7 +46,7 @@ def run_claim(claim: Claim, out: Path, docs: Path | None, quick: bool = False, a
               log=print) -> Path:
     """Run (unless ``analyze_only``) and analyze one claim; return the path of the result JSON."""
     claim_dir = out / claim.id
-    start = time.time()
+    start, load_before = time.time(), os.getloadavg()[0]
     if not analyze_only:
         if claim_dir.exists():
             claim_dir.rename(claim_dir.with_name(f"{claim.id}.old-{time.strftime('%Y%m%d-%H%M%S')}"))
@@ -78,11 +78,14 @@ def run_claim(claim: Claim, out: Path, docs: Path | None, quick: bool = False, a
         "rows": result.rows, "headline": result.headline, "verdict": result.verdict, "evidence": result.evidence,
         "notes": result.notes, "figure": os.path.relpath(figure, target.parent if target.name == "results" else target),
         "minutes": None if analyze_only else round(minutes, 1), "quick": quick,
+        # the machine's 1-minute load average before and after: wall times on a busy shared CPU are not idle times
+        "load": None if analyze_only else [round(load_before, 1), round(os.getloadavg()[0], 1)],
         "date": time.strftime("%Y-%m-%d"), "machine": machine(), "git": git_commit(),
     }
     path = target / f"{claim.id}.json"
     if analyze_only and path.is_file():  # re-analyzing old runs: keep the wall time measured when they ran
-        record["minutes"] = json.loads(path.read_text()).get("minutes")
+        before = json.loads(path.read_text())
+        record["minutes"], record["load"] = before.get("minutes"), before.get("load")
     path.write_text(json.dumps(record, indent=1) + "\n")
     log(f"[{claim.id}] {result.verdict}: {result.headline}")
     return path
