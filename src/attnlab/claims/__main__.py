@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "list":
             for c in all_claims().values():
                 print(f"{c.id:>4}  {c.title}  (~{c.minutes:.0f} min)")
-                for command in c.commands:
+                for command in c.commands or [f"(no training of its own: analyzes the runs of {', '.join(c.uses)})"]:
                     print(f"        {command}")
             return 0
         if args.cmd == "report":
