@@ -9,19 +9,16 @@ falls on a source token of the same magnitude group (millions / thousands / hund
 
 from __future__ import annotations
 
-import hydra
 import numpy as np
 import torch
 
 from ..analysis.alignment import NO_CHUNK, AlignmentCounts, alignment_counts, token_chunks
-from .. import paths  # noqa: F401  (sets ATTNLAB_ROOT, which the runs' data configs resolve against)
-from ..checkpoints import load_task
 from ..data.numbers import CHUNKS
 from ..modules.attention import capture_attention
-from ..tasks.translation import TranslationTask
 from .base import Claim, Context, Job, Result, fmt
 from .e01_bottleneck import find, finished
 from .plots import figure, save
+from .translation_eval import load_run
 
 # Verdict: the alignment is learned when the RNN's argmax beats chance by CHANCE_MARGIN; partly when its argmax or
 # its attention weight on the right group beats chance by SOME_MARGIN.
@@ -38,10 +35,7 @@ def layer_label(name: str) -> str:
 def measure(job: Job) -> tuple[dict[str, AlignmentCounts], dict]:
     """Alignment counts per cross-attention layer (heads averaged) over the job's test split, teacher-forced, and
     the longest test pair's maps for the figure."""
-    task, _ = load_task(job.checkpoint, TranslationTask, "translation")
-    dm = hydra.utils.instantiate(job.config.data)
-    dm.prepare_data()
-    dm.setup("test")
+    task, dm = load_run(job)
     tok, eos = task.tokenizer, [NO_CHUNK] if dm.hparams.src_eos else []
     counts: dict[str, AlignmentCounts] = {}
     example: dict = {}

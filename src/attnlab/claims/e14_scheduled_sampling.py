@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import math
 
-import hydra
 import torch
 
-from .. import paths  # noqa: F401  (sets ATTNLAB_ROOT, which the runs' data configs resolve against)
-from ..checkpoints import load_task
 from ..data.parallel import bucket_names
 from ..data.tokenizer import EOS_ID, PAD_ID
-from ..tasks.translation import TranslationTask
 from .base import Claim, Context, Job, Result, fmt
 from .plots import figure, save
+from .translation_eval import load_run
 
 SCHEDULES = {"none": "teacher forcing", "inverse_sigmoid": "scheduled sampling"}
 # Verdict: scheduled sampling "helps" when greedy exact match rises by at least GAIN; exposure bias "shrinks" when
@@ -49,10 +46,7 @@ def error_rates(job: Job) -> dict[str, float]:
       cost of exposure bias. (At the sentence level there is no gap to measure: with deterministic greedy decoding
       a sentence is all right under teacher forcing exactly when greedy decoding reproduces it.)
     """
-    task, _ = load_task(job.checkpoint, TranslationTask, "translation")
-    dm = hydra.utils.instantiate(job.config.data)
-    dm.prepare_data()
-    dm.setup("test")
+    task, dm = load_run(job)
     decoding = {**task.decoding["test"], "beam_size": 1, "n_best": 1}
     tf_errors = fr_errors = tokens = 0
     for batch in dm.test_dataloader():
