@@ -31,9 +31,10 @@ def compose_train(overrides: list[str], output_dir: Path | str, cache_dir: str |
 
 
 def run_cli(args: list[str], cache_dir: str | None = None, timeout: int = 300,
-            script: str = "train.py") -> subprocess.CompletedProcess:
-    """Run an entry point from the repository root as a user would; stdout and stderr captured together."""
-    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
+            script: str = "train.py", env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run an entry point from the repository root as a user would; stdout and stderr captured together.
+    ``env``: extra environment variables."""
+    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1", **(env or {})}
     env.pop("PYTEST_XDIST_WORKER", None)
     if cache_dir:
         env["ATTNLAB_CACHE"] = cache_dir

@@ -22,6 +22,15 @@ FAMILIES = {
     "causal_lm": ["model=causal_lm"],
     "transformer_mt": ["model=transformer_mt", "data.train_size=300", "data.val_size=24", "data.test_size=24",
                        "data.max_digits=4"],
+    "seq2seq_attention": ["model=seq2seq_attention", "data.train_size=300", "data.val_size=24",
+                          "data.test_size=24", "data.max_digits=4"],
+    # random crops and flips on: the augmentation is a function of (seed, epoch, item) too
+    "vit": ["model=vit", "data.crop_padding=1", "data.hflip=true", "data.repeats_per_epoch=1"],
+    # 40 utterances: 32 train in 8 batches of 4 (one epoch holds the stop at step 5); the decoder prenet's
+    # always-on dropout is random state that must come back as well
+    "tts": ["model=tts", "data.num_utterances=40", "data.max_digits=2", "data.val_size=4", "data.test_size=4",
+            "data.batch_size=4", "model.net.postnet_channels=16", "model.net.dec_prenet_dim=32",
+            "model.griffin_lim_iters=4", "model.max_frames_per_char=3", "model.free_running_samples=1"],
 }
 
 

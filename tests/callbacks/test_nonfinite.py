@@ -1,5 +1,7 @@
 """NonFiniteGuard: a real non-finite loss (an inf input at batch k, or a huge learning rate in the real LM) stops
-the run before the bad step is applied, naming the step and the term; with max_skips the bad batch is a no-op."""
+the run before the bad step is applied, naming the step and the term; with max_skips the bad batch is a no-op. An
+update that overflows from a finite loss and finite gradients (lr=inf) stops the run right after that step, before
+last.ckpt can take the non-finite weights."""
 
 from __future__ import annotations
 
@@ -58,6 +60,32 @@ class Regression(L.LightningModule):
     def configure_optimizers(self):
         # weight decay and momentum: zeroed gradients would still move the weights; a skipped step must not
         return torch.optim.AdamW(self.parameters(), lr=0.05, weight_decay=0.1)
+
+
+class OverflowingRegression(Regression):
+    """Plain SGD whose learning rate becomes inf at optimizer step ``k``: that step's loss and gradients are finite,
+    its update is not."""
+
+    def __init__(self, k: int):
+        super().__init__()
+        self.k = k
+
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.05)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: float("inf") if step >= self.k else 1.0)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+class HugeButFinite(Regression):
+    """A parameter the loss does not use holds 1e30: finite, but the 2-norm of the parameters overflows float32."""
+
+    def __init__(self):
+        super().__init__()
+        self.unused = nn.Parameter(torch.full((4,), 1e30))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.mse_loss(self.layer(x).squeeze(-1), y)
 
 
 class StepProbe(L.Callback):
@@ -156,9 +184,51 @@ def test_every_n_steps_leaves_unchecked_steps_alone(tmp_path):
         trainer.fit(model)
 
 
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_stops_after_an_overflowing_update_before_last_ckpt_takes_it(tmp_path, accumulate):
+    k = 2
+    model = OverflowingRegression(k)
+    trainer, _ = _trainer(tmp_path, NonFiniteGuard(), accumulate_grad_batches=accumulate)
+    with pytest.raises(NonFiniteLossError) as err:
+        trainer.fit(model)
+    msg = str(err.value)
+    batch = (k + 1) * accumulate - 1  # the micro-batch that ended with the optimizer step
+    assert "\n" not in msg
+    assert msg.startswith(f"non-finite parameters after the optimizer step at step {k} (epoch 0, batch {batch}): "
+                          "the loss and gradient norm were finite")
+    assert "first non-finite parameter: layer.weight (2 of 2 parameter tensors)" in msg
+    assert msg.endswith(f"the last good state is step {k}")
+    assert not _all_finite(model.state_dict())  # the update was applied: the check runs after it
+    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    assert last["global_step"] == k and _all_finite(last["state_dict"])  # written after step k-1, not after k
+
+
+def test_check_weights_false_lets_the_overflowed_weights_into_last_ckpt(tmp_path):
+    # the old behaviour: the next step's loss is non-finite and stops the run, but last.ckpt has the bad weights
+    k = 2
+    trainer, _ = _trainer(tmp_path, NonFiniteGuard(check_weights=False))
+    with pytest.raises(NonFiniteLossError, match=rf"^non-finite loss at step {k + 1} "):
+        trainer.fit(OverflowingRegression(k))
+    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    assert last["global_step"] == k + 1 and not _all_finite(last["state_dict"])
+
+
+def test_huge_finite_weights_are_not_taken_for_non_finite_ones(tmp_path):
+    trainer, _ = _trainer(tmp_path, NonFiniteGuard())
+    trainer.fit(HugeButFinite())
+    assert trainer.global_step == N_BATCHES  # the run finished
+
+
+def _real_cfg(model: str, lr: str, tmp_path, cache_dir, *overrides: str):
+    """train.py's config of one family, with last.ckpt written after every optimizer step."""
+    return compose_train([f"model={model}", "debug=fast", "logger=csv", "callbacks.rich_progress_bar=null",
+                          "trainer.enable_progress_bar=false", "test=false", f"model.optimizer.lr={lr}",
+                          "callbacks.model_checkpoint.monitor=null", "callbacks.model_checkpoint.save_top_k=0",
+                          "+callbacks.model_checkpoint.every_n_train_steps=1", *overrides], tmp_path, cache_dir)
+
+
 # lr=1e10 makes step 1's loss (or gradient norm) non-finite in every family but the RNN: there it leaves the saturating
-# GRU's loss finite (huge), and lr=inf puts NaN in the weights with the very first update, whose own loss and
-# gradients were finite, so no loss-side check can see it.
+# GRU's loss finite (huge). The RNN's divergence is lr=inf, caught after the update (next test).
 @pytest.mark.parametrize("model, message", [
     ("causal_lm", r"non-finite loss at step 1 \(epoch 0, batch 1\).*train/loss=nan"),
     ("transformer_mt", r"non-finite loss at step 1 \(epoch 0, batch 1\).*train/loss=nan"),
@@ -167,14 +237,33 @@ def test_every_n_steps_leaves_unchecked_steps_alone(tmp_path):
 ])
 def test_real_model_with_a_huge_learning_rate_stops_at_the_first_non_finite_step(tmp_path, cache_dir, model, message):
     """train.py's config of each family: the diverging step is named and never applied; last.ckpt stays at step 1."""
-    cfg = compose_train([f"model={model}", "debug=fast", "logger=csv", "callbacks.rich_progress_bar=null",
-                         "trainer.enable_progress_bar=false", "test=false", "model.optimizer.lr=1e10",
-                         "callbacks.model_checkpoint.monitor=null", "callbacks.model_checkpoint.save_top_k=0",
-                         "+callbacks.model_checkpoint.every_n_train_steps=1"], tmp_path, cache_dir)
     with pytest.raises(NonFiniteLossError, match=message):
-        run(cfg)
+        run(_real_cfg(model, "1e10", tmp_path, cache_dir))
     last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
     assert last["global_step"] == 1 and _all_finite(last["state_dict"])
+
+
+def test_real_rnn_with_an_infinite_learning_rate_stops_after_the_first_update(tmp_path, cache_dir):
+    """The RNN translation model with lr=inf: step 0's loss and gradients are finite, its update writes NaN into
+    every weight. The run stops right after it, naming a parameter; no checkpoint with NaN is written."""
+    with pytest.raises(NonFiniteLossError) as err:
+        run(_real_cfg("seq2seq_attention", "inf", tmp_path, cache_dir))
+    msg = str(err.value)
+    assert msg.startswith("non-finite parameters after the optimizer step at step 0 (epoch 0, batch 0): the loss "
+                          "and gradient norm were finite, the update itself overflowed")
+    assert "first non-finite parameter: net." in msg and msg.endswith("the last good state is step 0")
+    # callbacks=default lists model_checkpoint first; Lightning still runs it after the guard, so it saved nothing
+    ckpts = list((tmp_path / "checkpoints").glob("*.ckpt"))
+    assert all(_all_finite(torch.load(f, weights_only=False)["state_dict"]) for f in ckpts)
+    assert not ckpts  # the very first update went bad: nothing was worth saving
+
+
+def test_real_rnn_without_the_weight_check_saves_nan_weights(tmp_path, cache_dir):
+    """callbacks.nonfinite.check_weights=false: the old hole, the NaN weights reach last.ckpt before step 1 stops."""
+    with pytest.raises(NonFiniteLossError, match=r"^non-finite loss at step 1 \(epoch 0, batch 1\)"):
+        run(_real_cfg("seq2seq_attention", "inf", tmp_path, cache_dir, "callbacks.nonfinite.check_weights=false"))
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["global_step"] == 1 and not _all_finite(last["state_dict"])
 
 
 def test_arguments_are_checked():

@@ -17,6 +17,14 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from attnlab.data.loading import (
+    EpochDataLoader,
+    FrozenEpochSampler,
+    MidEpochResume,
+    mix64,
+    shuffled_sampler,
+)
+
 
 def stratified_split(labels: Sequence[int] | np.ndarray, fractions: Sequence[float], seed: int = 0) -> list[np.ndarray]:
     """Split indices ``0..N-1`` into ``len(fractions)`` disjoint parts with each class in the same proportions.
@@ -42,8 +50,9 @@ def stratified_split(labels: Sequence[int] | np.ndarray, fractions: Sequence[flo
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Augmentation, plain torch, one (C, H, W) image at a time (the global torch RNG: seeded by seed_everything, and per
-# DataLoader worker by Lightning with workers=True)
+# Augmentation, plain torch, one (C, H, W) image at a time. The random numbers come from ``generator`` (the dataset
+# seeds one per (seed, epoch, item): the same crops in any worker, any DDP rank, and after a resume); without one,
+# from the global torch RNG.
 # ---------------------------------------------------------------------------------------------------------------
 class RandomCrop:
     """Pad by ``padding`` pixels of ``fill`` on every side, then cut a random H×W window: a shift of up to
@@ -52,13 +61,13 @@ class RandomCrop:
     def __init__(self, padding: int, fill: float = 0.0):
         self.padding, self.fill = int(padding), float(fill)
 
-    def __call__(self, x: Tensor) -> Tensor:
+    def __call__(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
         p = self.padding
         if p <= 0:
             return x
         _, h, w = x.shape
         padded = F.pad(x, (p, p, p, p), value=self.fill)
-        i, j = torch.randint(0, 2 * p + 1, (2,)).tolist()
+        i, j = torch.randint(0, 2 * p + 1, (2,), generator=generator).tolist()
         return padded[:, i : i + h, j : j + w]
 
 
@@ -66,22 +75,25 @@ class RandomHorizontalFlip:
     def __init__(self, p: float = 0.5):
         self.p = p
 
-    def __call__(self, x: Tensor) -> Tensor:
-        return x.flip(-1) if torch.rand(()) < self.p else x
+    def __call__(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        return x.flip(-1) if torch.rand((), generator=generator) < self.p else x
 
 
 class Compose:
-    def __init__(self, transforms: Sequence[Callable[[Tensor], Tensor]]):
+    def __init__(self, transforms: Sequence[Augmentation]):
         self.transforms = list(transforms)
 
-    def __call__(self, x: Tensor) -> Tensor:
+    def __call__(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
         for t in self.transforms:
-            x = t(x)
+            x = t(x, generator)
         return x
 
 
-def build_augmentation(crop_padding: int = 0, hflip: bool = False) -> Callable[[Tensor], Tensor] | None:
-    transforms: list[Callable[[Tensor], Tensor]] = []
+Augmentation = Callable[[Tensor, "torch.Generator | None"], Tensor]
+
+
+def build_augmentation(crop_padding: int = 0, hflip: bool = False) -> Augmentation | None:
+    transforms: list[Augmentation] = []
     if crop_padding > 0:
         transforms.append(RandomCrop(crop_padding))
     if hflip:
@@ -94,18 +106,24 @@ class ImageTensorDataset(Dataset):
     """Images stored as one tensor (N, C, H, W) (uint8 or float) and labels (N,).
 
     Item i: ``images[i] * scale`` (to [0, 1]) -> resized to ``image_size`` (bilinear) if needed -> ``transform``
-    -> ``(x - mean) / std`` per channel.
+    -> ``(x - mean) / std`` per channel. The transform draws from a generator seeded by ``(seed, epoch, key)``
+    (``key``: the item's index in the epoch), so an epoch's crops do not depend on workers, ranks or resumes; the
+    epoch is a shared-memory tensor so that ``set_epoch`` reaches persistent workers.
     """
 
     def __init__(self, images: Tensor, labels: Tensor, *, scale: float, mean: Tensor, std: Tensor,
-                 image_size: int | None = None, transform: Callable[[Tensor], Tensor] | None = None):
+                 image_size: int | None = None, transform: Augmentation | None = None, seed: int = 0):
         if images.dim() != 4 or len(images) != len(labels):
             raise ValueError(f"expected images (N, C, H, W) and labels (N,), got {tuple(images.shape)}, "
                              f"{tuple(labels.shape)}")
         self.images, self.labels = images, labels.long()
         self.scale, self.transform = scale, transform
         self.mean, self.std = mean.view(-1, 1, 1).float(), std.view(-1, 1, 1).float()
-        self.image_size = image_size
+        self.image_size, self.seed = image_size, seed
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch.fill_(int(epoch))
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -118,11 +136,15 @@ class ImageTensorDataset(Dataset):
                               align_corners=False)[0]
         return x
 
-    def __getitem__(self, i: int) -> dict[str, Tensor]:
+    def item(self, i: int, key: int) -> dict[str, Tensor]:
+        """Image i, augmented with the random numbers of epoch item ``key``."""
         x = self.raw(i)
         if self.transform is not None:
-            x = self.transform(x)
+            x = self.transform(x, torch.Generator().manual_seed(mix64(self.seed, int(self._epoch), key)))
         return {"image": (x - self.mean) / self.std, "label": self.labels[i]}
+
+    def __getitem__(self, i: int) -> dict[str, Tensor]:
+        return self.item(i, key=i)
 
 
 class RepeatedDataset(Dataset):
@@ -137,9 +159,15 @@ class RepeatedDataset(Dataset):
     def __len__(self) -> int:
         return len(self.dataset) * self.repeats
 
+    def set_epoch(self, epoch: int) -> None:
+        if hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(epoch)
+
     def __getitem__(self, i: int):
         if not 0 <= i < len(self):
             raise IndexError(i)
+        if hasattr(self.dataset, "item"):  # pass i on: the r-th pass over an image gets its own crop
+            return self.dataset.item(i % len(self.dataset), key=i)
         return self.dataset[i % len(self.dataset)]
 
 
@@ -157,7 +185,7 @@ def channel_stats(images: Tensor, scale: float) -> tuple[Tensor, Tensor]:
     return (mean * scale).float(), (std * scale).float().clamp_min(1e-6)
 
 
-class ImageClassificationDataModule(L.LightningDataModule):
+class ImageClassificationDataModule(MidEpochResume, L.LightningDataModule):
     """Base class: a subclass implements :meth:`load_splits`; the rest (normalization, augmentation, loaders, the
     fixed example image for attention maps) lives here.
 
@@ -223,20 +251,24 @@ class ImageClassificationDataModule(L.LightningDataModule):
         aug = build_augmentation(self.crop_padding, self.hflip) if self.augment else None
         make = lambda split, transform=None: ImageTensorDataset(  # noqa: E731
             *splits[split], scale=scale, mean=self.mean, std=self.std, image_size=self.image_size,
-            transform=transform)
+            transform=transform, seed=self.seed)
         self.train_dataset, self.val_dataset, self.test_dataset = make("train", aug), make("val"), make("test")
 
     def _loader(self, dataset: Dataset | None, train: bool) -> DataLoader:
         if dataset is None:
             raise RuntimeError(f"{type(self).__name__}: call setup() first")
-        return DataLoader(dataset, batch_size=self.batch_size, shuffle=train, num_workers=self.num_workers,
-                          pin_memory=self.pin_memory, persistent_workers=self.num_workers > 0)
+        sampler = None
+        if train:  # a (seed, epoch) permutation, split between DDP ranks; overfit: epoch 0's batches every epoch
+            overfit = self.trainer is not None and bool(self.trainer.overfit_batches)
+            sampler = FrozenEpochSampler(dataset) if overfit else shuffled_sampler(dataset, self.seed)
+        return EpochDataLoader(dataset, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
+                               pin_memory=self.pin_memory, persistent_workers=self.num_workers > 0)
 
     def train_dataloader(self) -> DataLoader:
         data = self.train_dataset
         if data is not None and self.repeats_per_epoch > 1:
             data = RepeatedDataset(data, self.repeats_per_epoch)
-        return self._loader(data, train=True)
+        return self._resumable(self._loader(data, train=True))
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_dataset, train=False)

@@ -21,15 +21,20 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
-import torch.distributed as dist
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler
+from torch.utils.data import DataLoader, Dataset
 
 from attnlab.data.corpus import pydoc_text, read_text_file
+from attnlab.data.loading import (
+    EpochDataLoader,
+    FrozenEpochSampler,
+    MidEpochResume,
+    mix64,
+    sequential_sampler,
+)
 from attnlab.data.tokenizer import BPETokenizer, train_or_load_bpe
 
 SOURCES = ("pydoc", "text_file")
 TOKENS_FORMAT_VERSION = "tokens-v1"
-_MASK64 = (1 << 64) - 1
 
 
 # --------------------------------------------------------------------------------------
@@ -87,16 +92,6 @@ def _window(tokens: np.ndarray, start: int, seq_len: int) -> dict[str, torch.Ten
     return {"input_ids": chunk[:-1], "labels": chunk[1:]}  # [T], [T]
 
 
-def _mix64(*values: int) -> int:
-    """splitmix64-style hash of a tuple of ints: a well-spread 63-bit seed."""
-    h = 0x9E3779B97F4A7C15
-    for v in values:
-        h = (h ^ (v & _MASK64)) * 0xBF58476D1CE4E5B9 & _MASK64
-        h = (h ^ (h >> 31)) * 0x94D049BB133111EB & _MASK64
-        h ^= h >> 29
-    return h >> 1
-
-
 class RandomWindowDataset(Dataset):
     """``num_windows`` windows of ``seq_len + 1`` tokens at pseudo-random offsets.
 
@@ -124,7 +119,7 @@ class RandomWindowDataset(Dataset):
         self._epoch.fill_(int(epoch))
 
     def offset(self, i: int) -> int:
-        g = torch.Generator().manual_seed(_mix64(self.seed, self.epoch, i))
+        g = torch.Generator().manual_seed(mix64(self.seed, self.epoch, i))
         high = len(self.tokens) - self.seq_len  # exclusive: last start keeps T+1 tokens
         return int(torch.randint(high, (1,), generator=g))
 
@@ -152,75 +147,6 @@ class ConsecutiveWindowDataset(Dataset):
         if not 0 <= i < len(self):
             raise IndexError(i)
         return _window(self.tokens, i * self.seq_len, self.seq_len)
-
-
-class _EpochSampler(SequentialSampler):
-    """Sequential order plus ``set_epoch``, which Lightning calls on samplers every epoch.
-
-    Under DDP Lightning swaps it for a ``DistributedSampler(shuffle=False)``, which also
-    has ``.epoch``; ``_EpochDataLoader`` reads the epoch from whichever sampler it has.
-    """
-
-    def __init__(self, data_source: Dataset):
-        super().__init__(data_source)
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-
-class _FrozenEpochSampler(_EpochSampler):
-    def set_epoch(self, epoch: int) -> None:  # always epoch 0's windows
-        self.epoch = 0
-
-
-class _EpochDataLoader(DataLoader):
-    """Passes the sampler's epoch to the dataset each time an epoch's iteration begins.
-
-    Lightning only calls ``set_epoch`` on samplers, not datasets; this bridges the two. ``resume_at = (epoch, n)``
-    (see :class:`MidEpochResume`): the first iteration of that epoch skips its first ``n`` batches, the ones the
-    interrupted run already trained on, so a resumed run sees exactly the batches the uninterrupted run would.
-    """
-
-    resume_at: tuple[int, int] | None = None
-
-    def __iter__(self):
-        epoch = getattr(self.sampler, "epoch", None)
-        if epoch is not None and hasattr(self.dataset, "set_epoch"):
-            self.dataset.set_epoch(epoch)
-        it = super().__iter__()
-        if self.resume_at is not None and self.resume_at[0] == (epoch or 0):
-            n, self.resume_at = self.resume_at[1], None
-            for _ in range(n):  # batches are functions of (seed, epoch, index): skipping draws no randomness
-                next(it, None)
-        return it
-
-
-class MidEpochResume:
-    """Data-module mixin: checkpoints record how far into its epoch training was; resuming continues there.
-
-    Lightning saves ``state_dict()`` in every checkpoint and hands it back to ``load_state_dict()`` before it
-    builds the dataloaders; ``train_dataloader()`` then calls :meth:`_resumable` on its loader.
-    """
-
-    _resume_at: tuple[int, int] | None = None
-
-    def state_dict(self) -> dict:
-        trainer = getattr(self, "trainer", None)
-        if trainer is None:
-            return {}
-        # batches whose optimizer step ran in this epoch (a checkpoint is written at a step boundary)
-        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
-        return {"epoch": trainer.current_epoch, "batches_done": int(done)}
-
-    def load_state_dict(self, state: dict) -> None:
-        if "epoch" in state:
-            self._resume_at = (int(state["epoch"]), int(state["batches_done"]))
-
-    def _resumable(self, loader: DataLoader) -> DataLoader:
-        if self._resume_at is not None and isinstance(loader, _EpochDataLoader):
-            loader.resume_at, self._resume_at = self._resume_at, None
-        return loader
 
 
 # --------------------------------------------------------------------------------------
@@ -313,25 +239,13 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
         self.tokenizer, self.vocab_size = tokenizer, tokenizer.vocab_size
 
     # -- loaders ---------------------------------------------------------------------
-    @staticmethod
-    def _train_sampler(dataset: Dataset) -> Sampler:
-        """Sequential order (the randomness lives in the window offsets).
-
-        Under DDP each rank takes every world_size-th window (a DistributedSampler without shuffling; Lightning
-        keeps a DistributedSampler it is given): one step on W ranks × B windows then covers exactly the windows
-        of one step of a single process with W·B, so the two trainings are the same computation.
-        """
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            return DistributedSampler(dataset, shuffle=False, drop_last=True)
-        return _EpochSampler(dataset)
-
     def _loader(self, dataset: Dataset, train: bool) -> DataLoader:
         hp = self.hparams
-        return _EpochDataLoader(
+        return EpochDataLoader(
             dataset,
             batch_size=hp.batch_size,
             shuffle=False,
-            sampler=self._train_sampler(dataset) if train else None,
+            sampler=sequential_sampler(dataset, drop_last=True) if train else None,
             drop_last=train,
             num_workers=hp.num_workers,
             pin_memory=hp.pin_memory,
@@ -342,7 +256,7 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
         loader = self._loader(self._require(self.train_dataset), train=True)
         if self.trainer is not None and self.trainer.overfit_batches:
             # debug=overfit must see the same windows every epoch: freeze the offsets at epoch 0
-            loader = _EpochDataLoader(loader.dataset, batch_size=loader.batch_size, sampler=_FrozenEpochSampler(
+            loader = EpochDataLoader(loader.dataset, batch_size=loader.batch_size, sampler=FrozenEpochSampler(
                 loader.dataset), drop_last=True, num_workers=loader.num_workers)
         return self._resumable(loader)
 

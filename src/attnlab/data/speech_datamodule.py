@@ -24,11 +24,12 @@ import lightning as L
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 
 from ..audio.features import MelConfig, MelExtractor
 from .characters import CharVocab
 from .ljspeech import CorpusError, load_audio, read_metadata
+from .loading import BatchDataset, MidEpochResume, batch_loader
 
 log = logging.getLogger(__name__)
 
@@ -61,30 +62,7 @@ def collate_speech(items: list[dict]) -> dict[str, Tensor]:
             "index": torch.tensor([it["index"] for it in items])}
 
 
-class BucketBatchSampler(Sampler[list[int]]):
-    """Batches of similar lengths in random order; a new shuffle every epoch (seeded by ``seed`` + epoch)."""
-
-    def __init__(self, lengths: list[int], batch_size: int, seed: int = 0, pool: int = 50):
-        self.lengths, self.batch_size, self.seed, self.pool = lengths, batch_size, seed, pool
-        self.epoch = 0
-
-    def __len__(self) -> int:
-        return (len(self.lengths) + self.batch_size - 1) // self.batch_size
-
-    def __iter__(self):
-        rng = np.random.default_rng(self.seed + self.epoch)
-        self.epoch += 1
-        order = rng.permutation(len(self.lengths))
-        span = self.batch_size * self.pool
-        batches = []
-        for start in range(0, len(order), span):
-            chunk = sorted(order[start : start + span], key=lambda i: self.lengths[i])
-            batches += [chunk[j : j + self.batch_size] for j in range(0, len(chunk), self.batch_size)]
-        for k in rng.permutation(len(batches)):
-            yield [int(i) for i in batches[k]]
-
-
-class SpeechDataModule(L.LightningDataModule):
+class SpeechDataModule(MidEpochResume, L.LightningDataModule):
     """Args:
         path: the LJSpeech-format folder.
         mel: :class:`~attnlab.audio.features.MelConfig` fields (sample rate, STFT, mel bins, normalization).
@@ -149,22 +127,24 @@ class SpeechDataModule(L.LightningDataModule):
             self.splits[name] = SpeechDataset([texts[i] for i in idx], [mels[i] for i in idx],
                                               [ids[i] for i in idx], [raw[i] for i in idx])
 
-    def train_dataloader(self) -> DataLoader:
-        ds = self.splits["train"]
-        sampler = BucketBatchSampler(ds.lengths(), self.batch_size, self.seed, self.bucket_pool)
-        return DataLoader(ds, batch_sampler=sampler, collate_fn=collate_speech, num_workers=self.num_workers)
-
-    def _eval_loader(self, name: str) -> DataLoader:
+    def _loader(self, name: str, train: bool) -> DataLoader:
+        """Batches of similar lengths. Training: shuffled pools of ``bucket_pool`` batches, sorted inside, in a new
+        order every epoch (a function of ``(seed, epoch)``: the same under DDP, where ranks take whole batches,
+        and after a mid-epoch resume). Evaluation: the whole split sorted by length, deterministic."""
         ds = self.splits[name]
-        order = sorted(range(len(ds)), key=lambda i: ds.lengths()[i])  # similar lengths together, deterministic
-        batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-        return DataLoader(ds, batch_sampler=batches, collate_fn=collate_speech, num_workers=self.num_workers)
+        overfit = train and self.trainer is not None and bool(self.trainer.overfit_batches)
+        batches = BatchDataset(ds, self.batch_size, shuffle=train, collate=collate_speech, pool=self.bucket_pool,
+                               seed=self.seed, sort_keys=(np.asarray(ds.lengths()),), frozen=overfit)
+        return batch_loader(batches, train, self.num_workers)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._resumable(self._loader("train", train=True))
 
     def val_dataloader(self) -> DataLoader:
-        return self._eval_loader("val")
+        return self._loader("val", train=False)
 
     def test_dataloader(self) -> DataLoader:
-        return self._eval_loader("test")
+        return self._loader("test", train=False)
 
     def example(self, split: str = "val", index: int | None = None) -> dict[str, Tensor]:
         """One utterance as a batch of one (the attention-map and audio sample); None: the median-length one."""

@@ -35,11 +35,10 @@ from collections.abc import Iterable, Sequence
 import lightning as L
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset
 
-from attnlab.data.lm_datamodule import MidEpochResume, _EpochDataLoader, _EpochSampler
+from attnlab.data.loading import BatchDataset, MidEpochResume, batch_loader
 from attnlab.data.numbers import load_or_generate_numbers
 from attnlab.data.parallel import (
     DEFAULT_BUCKET_EDGES,
@@ -49,7 +48,13 @@ from attnlab.data.parallel import (
     read_parallel_tsv,
     split_pairs,
 )
-from attnlab.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer, train_or_load_bpe
+from attnlab.data.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    BPETokenizer,
+    train_or_load_bpe,
+)
 
 log = logging.getLogger(__name__)
 
@@ -134,72 +139,6 @@ def encode_sources(tokenizer: BPETokenizer, texts: Sequence[str], src_eos: bool 
              for t, ids in zip(texts, tokenizer.encode_batch(list(texts)))]  # fmt: skip
     batch = collate(items, pad_id=tokenizer.pad_id)
     return batch["src"], batch["src_mask"]
-
-
-class BatchDataset(Dataset):
-    """A dataset of whole batches: item ``i`` is the collated ``i``-th batch of the current epoch's plan.
-
-    The plan (which examples form which batch) is a function of ``(seed, epoch)`` only, so it does not depend on
-    worker or DDP rank; under DDP a sampler over *batches* gives each rank different whole batches. With
-    ``shuffle`` the examples are permuted each epoch and, with ``sort_by_length``, cut into pools of
-    ``pool`` batches sorted by (source, target) length, then the batch order is permuted. Without ``shuffle``
-    (or with ``frozen``) the plan is fixed: sorted over the whole split, or in split order. The epoch lives in a
-    shared-memory tensor so that ``set_epoch`` in the main process reaches persistent workers.
-    """
-
-    def __init__(self, dataset: TranslationDataset, batch_size: int, *, shuffle: bool, sort_by_length: bool,
-                 pool: int = 50, seed: int = 0, pad_id: int = PAD_ID, frozen: bool = False):  # fmt: skip
-        if batch_size < 1 or pool < 1:
-            raise ValueError(f"batch_size and pool must be >= 1, got {batch_size}, {pool}")
-        self.dataset, self.batch_size, self.pool = dataset, batch_size, pool
-        self.shuffle, self.sort_by_length, self.seed, self.pad_id = shuffle, sort_by_length, seed, pad_id
-        self.frozen = frozen  # always epoch 0's plan (Trainer(overfit_batches=...): the same batches every epoch)
-        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
-        self._plan: tuple[int, list[np.ndarray]] | None = None
-
-    def set_epoch(self, epoch: int) -> None:
-        self._epoch.fill_(int(epoch))
-
-    @property
-    def epoch(self) -> int:
-        return int(self._epoch) if self.shuffle and not self.frozen else 0
-
-    def _sorted(self, idx: np.ndarray) -> np.ndarray:
-        ds = self.dataset
-        return idx[np.lexsort((ds.tgt_lens[idx], ds.src_lens[idx]))]  # by source length, then target length
-
-    def plan(self, epoch: int | None = None) -> list[np.ndarray]:
-        """The batches (arrays of example indices) of ``epoch`` (default: the current one)."""
-        epoch = self.epoch if epoch is None else epoch
-        if self._plan is not None and self._plan[0] == epoch:
-            return self._plan[1]
-        n, B = len(self.dataset), self.batch_size
-        if self.shuffle:
-            rng = np.random.default_rng([self.seed, epoch])
-            order = rng.permutation(n)
-            if self.sort_by_length:
-                chunk = B * self.pool
-                order = np.concatenate([self._sorted(order[i : i + chunk]) for i in range(0, n, chunk)])
-            batches = [order[i : i + B] for i in range(0, n, B)]
-            batches = [batches[j] for j in rng.permutation(len(batches))]
-        else:
-            order = self._sorted(np.arange(n)) if self.sort_by_length else np.arange(n)
-            batches = [order[i : i + B] for i in range(0, n, B)]
-        self._plan = (epoch, batches)
-        return batches
-
-    def __len__(self) -> int:
-        return -(-len(self.dataset) // self.batch_size)
-
-    def __getitem__(self, i: int) -> dict:
-        batches = self.plan()
-        if not 0 <= i < len(batches):
-            raise IndexError(i)
-        return collate([self.dataset[int(j)] for j in batches[i]], pad_id=self.pad_id)
-
-
-def _no_collate(batch):
-    return batch  # items are already batches (module-level, so workers can pickle it)
 
 
 # --------------------------------------------------------------------------------------
@@ -378,16 +317,10 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
     def _loader(self, split: str, train: bool) -> DataLoader:
         hp = self.hparams
         overfit = train and self.trainer is not None and bool(self.trainer.overfit_batches)
-        batches = BatchDataset(self._require(split), hp.batch_size, shuffle=train, sort_by_length=hp.sort_by_length,
-                               pool=hp.bucket_pool, seed=hp.seed, frozen=overfit)  # fmt: skip
-        if train and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            sampler = DistributedSampler(batches, shuffle=False)  # whole batches per rank; the plan shuffles
-        else:
-            sampler = _EpochSampler(batches)
-        return _EpochDataLoader(
-            batches, batch_size=None, sampler=sampler, collate_fn=_no_collate, num_workers=hp.num_workers,
-            pin_memory=hp.pin_memory, persistent_workers=hp.num_workers > 0,
-        )  # fmt: skip
+        ds = self._require(split)
+        batches = BatchDataset(ds, hp.batch_size, shuffle=train, collate=collate, pool=hp.bucket_pool, seed=hp.seed,
+                               sort_keys=(ds.src_lens, ds.tgt_lens) if hp.sort_by_length else None, frozen=overfit)
+        return batch_loader(batches, train, hp.num_workers, hp.pin_memory)
 
     def train_dataloader(self) -> DataLoader:
         return self._resumable(self._loader("train", train=True))

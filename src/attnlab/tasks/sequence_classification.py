@@ -13,13 +13,11 @@ import re
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
-from torchmetrics import MeanMetric, Metric
-from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics import Metric
 
 from ..utils.plotting import new_figure, save_figure
-from .base import Task
+from .classification import ClassificationTask
 
 
 class AccuracyByDistance(Metric):
@@ -40,7 +38,7 @@ class AccuracyByDistance(Metric):
         return self.correct, self.total
 
 
-class SequenceClassificationTask(Task):
+class SequenceClassificationTask(ClassificationTask):
     """Wraps a :class:`~attnlab.models.sequence_classifier.SequenceClassifier` built from ``net``.
 
     Args:
@@ -48,44 +46,17 @@ class SequenceClassificationTask(Task):
         attention_tokens: ignored; ``debug=fast`` sets it for every model (the language model's sample length).
     """
 
+    input_key = "input_ids"
+
     def __init__(self, net, optimizer=None, scheduler=None, compile: bool = False, label_smoothing: float = 0.0,
                  attention_tokens: int | None = None):
-        super().__init__(net, optimizer, scheduler, compile)
-        self.label_smoothing = label_smoothing
-        k = self.net.num_classes
-        self.val_acc, self.test_acc = MulticlassAccuracy(k, average="micro"), MulticlassAccuracy(k, average="micro")
-        self.val_loss, self.test_loss = MeanMetric(), MeanMetric()
+        super().__init__(net, optimizer, scheduler, compile, label_smoothing)
         self.test_by_distance = AccuracyByDistance(self.net.max_len)
         self.by_distance_path: Path | None = None
         self._sample: dict[str, Tensor] | None = None
 
-    def forward(self, ids: Tensor) -> Tensor:
-        return self._forward(ids)
-
-    # --- steps ------------------------------------------------------------------------------------------------
-    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
-        logits = self(batch["input_ids"])
-        ce = F.cross_entropy(logits, batch["label"], label_smoothing=self.label_smoothing)
-        self.log("train/loss", ce, on_step=True, prog_bar=True)
-        self.log("train/acc", (logits.detach().argmax(-1) == batch["label"]).float().mean(), on_step=True)
-        return self.add_moe_losses(ce, "train")
-
-    def _eval_step(self, batch: dict, stage: str, mean_loss: MeanMetric, acc: MulticlassAccuracy) -> Tensor:
-        logits = self(batch["input_ids"])
-        loss = F.cross_entropy(logits, batch["label"])
-        self.add_moe_losses(loss, stage)
-        preds = logits.argmax(dim=-1)
-        mean_loss.update(loss, weight=len(batch["label"]))
-        acc.update(preds, batch["label"])
-        self.log(f"{stage}/loss", mean_loss, on_epoch=True, prog_bar=True)
-        self.log(f"{stage}/acc", acc, on_epoch=True, prog_bar=True)
-        return preds
-
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, "val", self.val_loss, self.val_acc)
-
     def test_step(self, batch: dict, batch_idx: int) -> None:
-        preds = self._eval_step(batch, "test", self.test_loss, self.test_acc)
+        preds = self._eval_step(batch, "test")
         if "distance" in batch:
             self.test_by_distance.update(preds, batch["label"], batch["distance"])
 
@@ -125,7 +96,7 @@ class SequenceClassificationTask(Task):
                 return None
         ids = self._sample["input_ids"]
         names = dm.token_names(ids[0]) if hasattr(dm, "token_names") else [str(int(i)) for i in ids[0]]
-        return {"ids": ids}, names, names
+        return {"inputs": ids}, names, names
 
     def render_attention(self, maps: dict[str, Tensor], out_dir: Path) -> list[tuple[str, Path]]:
         """One figure, ``query_attention.png``: for every layer (rows), each head's attention from the readout

@@ -6,15 +6,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import torch.nn.functional as F
 from lightning.pytorch.loggers import WandbLogger
 from torch import Tensor
-from torchmetrics import MeanMetric
-from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
+from torchmetrics.classification import MulticlassConfusionMatrix
 
 from ..analysis.rollout import attention_rollout, prediction_attribution
 from ..utils.plotting import save_figure
-from .base import Task
+from .classification import ClassificationTask
 
 
 def _layer_order(name: str) -> tuple:
@@ -22,7 +20,7 @@ def _layer_order(name: str) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
-class ImageClassificationTask(Task):
+class ImageClassificationTask(ClassificationTask):
     """Wraps a :class:`~attnlab.models.vit.VisionTransformer` built from ``net`` (a config with ``_target_``).
 
     Args:
@@ -32,11 +30,12 @@ class ImageClassificationTask(Task):
         attention_tokens: ignored; ``debug=fast`` sets it for every model (the language model's sample length).
     """
 
+    input_key = "image"
+
     def __init__(self, net, optimizer=None, scheduler=None, compile: bool = False, label_smoothing: float = 0.0,
                  attention_patch: int | None = None, confusion_matrix: bool = True,
                  attention_tokens: int | None = None):
-        super().__init__(net, optimizer, scheduler, compile)
-        self.label_smoothing = label_smoothing
+        super().__init__(net, optimizer, scheduler, compile, label_smoothing)
         n_patches = self.net.num_patches
         if attention_patch is not None and not 0 <= attention_patch < n_patches:
             raise ValueError(f"attention_patch={attention_patch} outside the {n_patches} patches "
@@ -45,42 +44,15 @@ class ImageClassificationTask(Task):
         self.attention_patch = attention_patch if attention_patch is not None else (grid // 2) * grid + grid // 2
         self.draw_confusion = confusion_matrix
         k = self.net.num_classes
-        self.val_acc, self.test_acc = MulticlassAccuracy(k, average="micro"), MulticlassAccuracy(k, average="micro")
         self.val_confusion, self.test_confusion = MulticlassConfusionMatrix(k), MulticlassConfusionMatrix(k)
-        self.val_loss, self.test_loss = MeanMetric(), MeanMetric()  # per image, reduced over DDP ranks
         self.confusion_paths: list[Path] = []
         self._sample: tuple[Tensor, int] | None = None
         self._sample_pred: int | None = None
 
-    def forward(self, images: Tensor) -> Tensor:
-        return self._forward(images)
-
-    # --- steps ------------------------------------------------------------------------------------------------
-    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
-        logits = self(batch["image"])
-        ce = F.cross_entropy(logits, batch["label"], label_smoothing=self.label_smoothing)
-        loss = self.add_moe_losses(ce, "train")
-        self.log("train/loss", ce, on_step=True, prog_bar=True)
-        self.log("train/acc", (logits.detach().argmax(-1) == batch["label"]).float().mean(), on_step=True)
-        return loss
-
-    def _eval_step(self, batch: dict, stage: str, mean_loss: MeanMetric, acc: MulticlassAccuracy,
-                   confusion: MulticlassConfusionMatrix) -> None:
-        logits = self(batch["image"])
-        loss = F.cross_entropy(logits, batch["label"])
-        self.add_moe_losses(loss, stage)
-        preds = logits.argmax(dim=-1)
-        mean_loss.update(loss, weight=len(batch["label"]))
-        acc.update(preds, batch["label"])
-        confusion.update(preds, batch["label"])
-        self.log(f"{stage}/loss", mean_loss, on_epoch=True, prog_bar=True)
-        self.log(f"{stage}/acc", acc, on_epoch=True, prog_bar=True)
-
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, "val", self.val_loss, self.val_acc, self.val_confusion)
-
-    def test_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, "test", self.test_loss, self.test_acc, self.test_confusion)
+    def _eval_step(self, batch: dict, stage: str) -> Tensor:
+        preds = super()._eval_step(batch, stage)
+        getattr(self, f"{stage}_confusion").update(preds, batch["label"])
+        return preds
 
     def on_validation_epoch_end(self) -> None:
         self._confusion_end(self.val_confusion, f"epoch{self.current_epoch:03d}", "confusion_matrix/val",
