@@ -26,6 +26,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from .loading import EpochDataLoader, MidEpochResume, shuffled_sampler
+
 
 def needle_recall(n: int, seq_len: int, num_classes: int, num_fillers: int, generator: torch.Generator | None = None,
                   min_distance: int = 1, max_distance: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -56,7 +58,7 @@ class SequenceTensorDataset(Dataset):
         return {"input_ids": self.ids[i], "label": self.labels[i], "distance": self.distances[i]}
 
 
-class NeedleRecallDataModule(L.LightningDataModule):
+class NeedleRecallDataModule(MidEpochResume, L.LightningDataModule):
     """Train/val/test splits of :func:`needle_recall`, each from its own seed (``seed``, ``seed+1``, ``seed+2``).
 
     Args:
@@ -110,12 +112,14 @@ class NeedleRecallDataModule(L.LightningDataModule):
     def _loader(self, split: str) -> DataLoader:
         if split not in self.datasets:
             raise RuntimeError(f"{type(self).__name__}: call setup() first")
-        return DataLoader(self.datasets[split], batch_size=self.batch_size, shuffle=split == "train",
-                          num_workers=self.num_workers, pin_memory=self.pin_memory,
-                          persistent_workers=self.num_workers > 0)
+        data = self.datasets[split]
+        # training: a (seed, epoch) permutation that DDP ranks split and a mid-epoch resume can skip into
+        sampler = shuffled_sampler(data, self.seed) if split == "train" else None
+        return EpochDataLoader(data, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
+                               pin_memory=self.pin_memory, persistent_workers=self.num_workers > 0)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train")
+        return self._resumable(self._loader("train"))
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val")
