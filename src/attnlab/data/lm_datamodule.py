@@ -24,13 +24,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from attnlab.data.corpus import pydoc_text, read_text_file
-from attnlab.data.loading import (
-    EpochDataLoader,
-    FrozenEpochSampler,
-    MidEpochResume,
-    mix64,
-    sequential_sampler,
-)
+from attnlab.data.loading import EpochDataLoader, FrozenEpochSampler, MidEpochResume, mix64, sequential_sampler
 from attnlab.data.tokenizer import BPETokenizer, train_or_load_bpe
 
 SOURCES = ("pydoc", "text_file")

@@ -48,13 +48,7 @@ from attnlab.data.parallel import (
     read_parallel_tsv,
     split_pairs,
 )
-from attnlab.data.tokenizer import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    BPETokenizer,
-    train_or_load_bpe,
-)
+from attnlab.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer, train_or_load_bpe
 
 log = logging.getLogger(__name__)
 
