@@ -17,13 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from attnlab.data.loading import (
-    EpochDataLoader,
-    FrozenEpochSampler,
-    MidEpochResume,
-    mix64,
-    shuffled_sampler,
-)
+from attnlab.data.loading import EpochDataLoader, FrozenEpochSampler, MidEpochResume, mix64, shuffled_sampler
 
 
 def stratified_split(labels: Sequence[int] | np.ndarray, fractions: Sequence[float], seed: int = 0) -> list[np.ndarray]:
@@ -54,6 +48,9 @@ def stratified_split(labels: Sequence[int] | np.ndarray, fractions: Sequence[flo
 # seeds one per (seed, epoch, item): the same crops in any worker, any DDP rank, and after a resume); without one,
 # from the global torch RNG.
 # ---------------------------------------------------------------------------------------------------------------
+Augmentation = Callable[[Tensor, "torch.Generator | None"], Tensor]  # (image (C, H, W), generator) -> image
+
+
 class RandomCrop:
     """Pad by ``padding`` pixels of ``fill`` on every side, then cut a random H×W window: a shift of up to
     ``padding`` pixels in each direction."""
@@ -87,9 +84,6 @@ class Compose:
         for t in self.transforms:
             x = t(x, generator)
         return x
-
-
-Augmentation = Callable[[Tensor, "torch.Generator | None"], Tensor]
 
 
 def build_augmentation(crop_padding: int = 0, hflip: bool = False) -> Augmentation | None:
