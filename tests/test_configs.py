@@ -9,6 +9,7 @@ import torch
 from helpers import compose_train, run_cli
 from omegaconf import OmegaConf
 
+from attnlab.modules.attention import MultiHeadAttention
 from attnlab.modules.block import EncoderBlock
 from attnlab.modules.feedforward import FeedForward
 from attnlab.modules.moe import MixtureOfExperts
@@ -101,3 +102,17 @@ def test_every_model_builds_under_the_debug_presets(model, tmp_path):
     cfg = compose_train([f"model={model}", "debug=fast"], tmp_path)
     net = build_model(cfg.model).net
     assert sum(p.numel() for p in net.parameters()) < 500_000
+
+
+@pytest.mark.parametrize("model", ["causal_lm", "transformer_mt", "transformer_nat", "vit", "tts", "sequence_classifier"])
+def test_scaled_false_reaches_every_attention_of_every_transformer(model, tmp_path):
+    """model.net.scaled=false (claim E3's unscaled dot products) reaches every attention, self and cross."""
+    def scales(*overrides: str) -> set[float]:
+        net = build_model(compose_train([f"model={model}", "debug=fast", *overrides], tmp_path).model).net
+        found = [m.scale for m in net.modules() if isinstance(m, MultiHeadAttention)]
+        assert found, model
+        return {round(s, 6) for s in found}
+
+    head_dim = 32 // 2  # debug=fast: d_model 32, 2 heads
+    assert scales() == {round(head_dim**-0.5, 6)}
+    assert scales("model.net.scaled=false") == {1.0}

@@ -87,7 +87,8 @@ class AttentionEncoder(nn.Module):
     """Positions (``pos`` group) + ``n_layers`` non-causal :class:`EncoderBlock` s + the final norm."""
 
     def __init__(self, d_model: int, n_layers: int, n_heads: int, max_len: int, dropout: float = 0.0,
-                 attn_dropout: float = 0.0, bias: bool = True, norm=None, ffn=None, moe=None, pos=None):
+                 attn_dropout: float = 0.0, bias: bool = True, norm=None, ffn=None, moe=None, pos=None,
+                 scaled: bool = True):
         super().__init__()
         pos_spec = PosSpec.from_cfg(pos)
         self.positions = build_additive_positions(pos_spec.kind, max_len, d_model)
@@ -95,7 +96,7 @@ class AttentionEncoder(nn.Module):
                   if pos_spec.kind == "rotary" else None)
         self.blocks = nn.ModuleList(
             build_block(d_model, n_heads, norm=norm, ffn=ffn, moe=moe, dropout=dropout, attn_dropout=attn_dropout,
-                        bias=bias, rotary=rotary)
+                        bias=bias, rotary=rotary, scaled=scaled)
             for _ in range(n_layers)
         )
         self.final_norm = build_final_norm(norm, d_model)
@@ -111,7 +112,8 @@ class AttentionEncoder(nn.Module):
 class SequenceClassifier(nn.Module):
     """ids (B, T) -> logits (B, num_classes) through one of :data:`ENCODERS` (see the module docstring).
 
-    ``norm``, ``ffn``, ``moe``, ``pos``, ``n_heads`` and ``attn_dropout`` are read by the attention encoder only;
+    ``norm``, ``ffn``, ``moe``, ``pos``, ``n_heads``, ``attn_dropout`` and ``scaled`` (divide attention scores by
+    √d_head) are read by the attention encoder only;
     ``kernel_size`` by the CNN only; ``bidirectional`` by the RNN only.
     """
 
@@ -134,6 +136,7 @@ class SequenceClassifier(nn.Module):
         ffn: FFNSpec | dict | None = None,
         moe: MoESpec | dict | None = None,
         pos: PosSpec | dict | None = None,
+        scaled: bool = True,
     ):
         super().__init__()
         if encoder not in ENCODERS:
@@ -151,7 +154,7 @@ class SequenceClassifier(nn.Module):
             self.encoder = ConvEncoder(d_model, n_layers, kernel_size, dropout)
         else:
             self.encoder = AttentionEncoder(d_model, n_layers, n_heads, max_len, dropout, attn_dropout, bias,
-                                            norm, ffn, moe, pos)
+                                            norm, ffn, moe, pos, scaled)
         self.head = nn.Linear(d_model, num_classes)
         self.apply(self._init_weights)
 

@@ -54,8 +54,10 @@ class TransformerMT(nn.Module):
         n_encoder_layers: int | None = None,
         n_decoder_layers: int | None = None,
         copy: bool = False,
+        scaled: bool = True,
     ):
-        """``n_layers`` sets both stacks' depth; ``n_encoder_layers`` / ``n_decoder_layers`` override either."""
+        """``n_layers`` sets both stacks' depth; ``n_encoder_layers`` / ``n_decoder_layers`` override either.
+        ``scaled=False`` drops the 1/√d_head of every attention (claim E3's unscaled dot products)."""
         super().__init__()
         n_encoder_layers = n_layers if n_encoder_layers is None else n_encoder_layers
         n_decoder_layers = n_layers if n_decoder_layers is None else n_decoder_layers
@@ -69,7 +71,7 @@ class TransformerMT(nn.Module):
                   if self.pos_spec.kind == "rotary" else None)
         self.drop = nn.Dropout(dropout)
         common = dict(norm=norm, ffn=ffn, moe=moe, dropout=dropout, attn_dropout=attn_dropout, bias=bias,
-                      rotary=rotary)
+                      rotary=rotary, scaled=scaled)
         self.encoder = nn.ModuleList(build_block(d_model, n_heads, **common) for _ in range(n_encoder_layers))
         self.encoder_norm = build_final_norm(norm, d_model)
         self.decoder = nn.ModuleList(build_block(d_model, n_heads, cross_attention=True, **common)

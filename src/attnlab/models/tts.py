@@ -127,8 +127,10 @@ class TransformerTTS(nn.Module):
         ffn: FFNSpec | dict | None = None,
         moe: MoESpec | dict | None = None,
         n_layers: int | None = None,
+        scaled: bool = True,
     ):
-        """``n_layers``, when given, sets both stacks' depth (``debug=fast`` sets it for every model)."""
+        """``n_layers``, when given, sets both stacks' depth (``debug=fast`` sets it for every model).
+        ``scaled=False`` drops the 1/√d_head of every attention (claim E3's unscaled dot products)."""
         super().__init__()
         if n_layers is not None:
             n_enc_layers = n_dec_layers = n_layers
@@ -138,7 +140,7 @@ class TransformerTTS(nn.Module):
         self.reduction, self.max_dec_steps, self.max_text_len = reduction, max_dec_steps, max_text_len
         block = lambda cross: build_block(  # noqa: E731
             d_model, n_heads, norm=norm, ffn=ffn, moe=moe, dropout=dropout, attn_dropout=attn_dropout, bias=bias,
-            cross_attention=cross)
+            cross_attention=cross, scaled=scaled)
         self.enc_prenet = EncoderPrenet(vocab_size, d_model, enc_prenet_convs, dropout=dropout)
         self.enc_pos = ScaledPositions(max_text_len, d_model)
         self.enc_blocks = nn.ModuleList(block(False) for _ in range(n_enc_layers))

@@ -72,6 +72,7 @@ class VisionTransformer(nn.Module):
         moe: MoESpec | dict | None = None,
         pos: PosSpec | dict | None = None,
         pool: str = "mean",
+        scaled: bool = True,
     ):
         super().__init__()
         self.norm_spec, self.pos_spec = NormSpec.from_cfg(norm), PosSpec.from_cfg(pos)
@@ -103,7 +104,7 @@ class VisionTransformer(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
             build_block(d_model, n_heads, norm=norm, ffn=ffn, moe=moe, dropout=dropout,
-                        attn_dropout=attn_dropout, bias=bias)
+                        attn_dropout=attn_dropout, bias=bias, scaled=scaled)
             for _ in range(n_layers)
         )
         self.final_norm = build_final_norm(norm, d_model)
