@@ -10,6 +10,7 @@ from pathlib import Path
 
 import hydra
 import torch
+from .errors import UserError
 
 # task class -> what the user would call it, and the entry point that serves it
 FAMILIES = {
@@ -21,7 +22,7 @@ FAMILIES = {
 }
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A missing, unreadable or wrong-family checkpoint; the message is one line for the user."""
 
 

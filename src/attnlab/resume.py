@@ -12,11 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from omegaconf import OmegaConf
+from .errors import UserError
 
 LAST = Path("checkpoints") / "last.ckpt"
 
 
-class ResumeError(ValueError):
+class ResumeError(UserError, ValueError):
     pass
 
 

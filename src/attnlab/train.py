@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from . import ddp, resume
+from .errors import find_user_error, one_line_message
 from .callbacks.nonfinite import NonFiniteLossError
 from .callbacks.preemption import preemption_signal
 from .utils.checkpoint_io import CheckpointWriteError
@@ -124,13 +126,6 @@ def _main(cfg: DictConfig) -> float | None:
     in_sweep = hc.mode == RunMode.MULTIRUN
     try:
         value = train_job(cfg, hc)
-    except (ConfigError, resume.ResumeError) as e:  # a wrong choice: one line, no traceback
-        if in_sweep:
-            log.error(str(e))
-            write_job_status(job_dir, hc.overrides.task, error=e)
-            return float("nan")
-        log.error(str(e))
-        sys.exit(2)
     except (NonFiniteLossError, CheckpointWriteError) as e:  # diverged / disk full: one line; last.ckpt is kept
         log.error(str(e))
         if in_sweep:
@@ -138,6 +133,13 @@ def _main(cfg: DictConfig) -> float | None:
             return float("nan")
         sys.exit(1)
     except Exception as e:
+        user_error = find_user_error(e)  # a bad input (config, data, checkpoint): one line, no traceback
+        if user_error is not None and os.environ.get("HYDRA_FULL_ERROR") != "1":
+            log.error(one_line_message(user_error))
+            if in_sweep:
+                write_job_status(job_dir, hc.overrides.task, error=user_error)
+                return float("nan")
+            sys.exit(user_error.exit_code)
         if not in_sweep:
             raise
         # One failing job (a diverging lr, a bad option) must not end the sweep: log it, record it, go on.

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from ..errors import UserError
 
 
-class AudioFileError(ValueError):
+class AudioFileError(UserError, ValueError):
     """A WAV file that cannot be used as it is; the message is one line naming the file."""
 
 

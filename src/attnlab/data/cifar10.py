@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from .images import ImageClassificationDataModule, stratified_split
+from ..errors import UserError
 
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
@@ -41,7 +42,7 @@ _ALLOWED_GLOBALS = {
 }
 
 
-class CIFAR10FormatError(ValueError):
+class CIFAR10FormatError(UserError, ValueError):
     """A CIFAR-10 batch file that is not what the format says."""
 
 

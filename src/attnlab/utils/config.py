@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from ..errors import UserError
 
 BLOCK_GROUPS = ("norm", "ffn", "moe", "pos")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config choice that cannot work; train.py prints its one-line message and exits with status 2."""
 
 

@@ -1,0 +1,55 @@
+"""Errors the project raises on purpose, and the one handler that turns them into one line and an exit status.
+
+A :class:`UserError` is a bad input the user can fix (a config value, a data file, a checkpoint, a CLI option):
+every entry point prints its message as one line and exits with ``exit_code`` (2), without a traceback. Anything
+else is a bug and keeps its traceback. ``HYDRA_FULL_ERROR=1`` shows the traceback of a UserError too.
+
+Hydra and Lightning wrap exceptions raised inside what they call (``instantiate`` raises
+``InstantiationException from e``), so the handler looks for a UserError along the ``__cause__``/``__context__``
+chain rather than at the outermost exception only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class UserError(Exception):
+    """A bad input, named in a one-line message; the entry points exit with ``exit_code`` and no traceback."""
+
+    exit_code = 2
+
+
+def find_user_error(error: BaseException | None) -> UserError | None:
+    """The first UserError in ``error``'s chain of causes (itself included), or None."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, UserError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def one_line_message(error: BaseException) -> str:
+    """The error's message on one line (the first line of a multi-line message)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+@contextmanager
+def one_line_errors(log: logging.Logger) -> Iterator[None]:
+    """Run an entry point's body: a UserError (anywhere in the chain) is logged as one line and exits with its
+    status; everything else propagates with its traceback."""
+    try:
+        yield
+    except Exception as e:
+        err = find_user_error(e)
+        if err is None or os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        log.error(one_line_message(err))
+        sys.exit(err.exit_code)
