@@ -30,6 +30,7 @@ from .paths import CONF_DIR
 from .utils.hardware import slow_bf16_warning
 from .utils.sweep import one_line, write_job_status
 from .utils.config import ConfigError, auto_tags, check_block_groups, flatten, print_config_tree
+from .utils.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +165,7 @@ def continue_run(cfg: DictConfig, run_dir: Path) -> None:
 
 
 def train_job(cfg: DictConfig, hc) -> float | None:
+    validate_config(cfg)  # bad numbers (n_heads=0, lr=-1): one line naming the key, before anything is built
     check_block_groups(cfg, hc.overrides.task)
     if cfg.get("resume"):
         continue_run(cfg, Path(hc.runtime.output_dir))

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from .images import ImageClassificationDataModule, stratified_split
-from ..errors import UserError
+from ..utils.config import ConfigError
+from .errors import DataError, DataFileNotFoundError
 
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
@@ -42,7 +43,7 @@ _ALLOWED_GLOBALS = {
 }
 
 
-class CIFAR10FormatError(UserError, ValueError):
+class CIFAR10FormatError(DataError):
     """A CIFAR-10 batch file that is not what the format says."""
 
 
@@ -65,6 +66,8 @@ def _unpickle(path: Path) -> dict:
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
             ImportError) as e:
         raise CIFAR10FormatError(f"malformed CIFAR-10 file {path}: not a readable pickle ({e})") from None
+    except OSError as e:  # e.g. no read permission
+        raise CIFAR10FormatError(f"cannot read CIFAR-10 file {path}: {e.strerror or e}") from e
     if not isinstance(obj, dict):
         raise CIFAR10FormatError(f"malformed CIFAR-10 file {path}: expected a pickled dict, got {type(obj).__name__}")
     return obj
@@ -79,11 +82,15 @@ def _get(d: dict, key: str, path: Path):
 
 def _require_file(folder: Path, name: str) -> Path:
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise DataFileNotFoundError(f"CIFAR-10 folder is a file, not a folder: {folder}; {_hint(folder)}")
     if not folder.is_dir():
-        raise FileNotFoundError(f"CIFAR-10 folder not found: {folder}; {_hint(folder)}")
+        raise DataFileNotFoundError(f"CIFAR-10 folder not found: {folder}; {_hint(folder)}")
     path = folder / name
+    if path.is_dir():
+        raise DataFileNotFoundError(f"CIFAR-10 file is a folder, not a file: {path}; {_hint(folder)}")
     if not path.is_file():
-        raise FileNotFoundError(f"CIFAR-10 file missing: {path}; the folder is incomplete, {_hint(folder)}")
+        raise DataFileNotFoundError(f"CIFAR-10 file missing: {path}; the folder is incomplete, {_hint(folder)}")
     return path
 
 
@@ -178,7 +185,7 @@ class CIFAR10DataModule(ImageClassificationDataModule):
         seq_len: int | None = None,  # ignored
     ):
         if not 0 < val_fraction < 1:
-            raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+            raise ConfigError(f"val_fraction must be in (0, 1), got {val_fraction}")
         super().__init__(image_size, in_channels, num_classes, batch_size, num_workers, augment, crop_padding,
                          hflip, seed, pin_memory, repeats_per_epoch)
         self.path, self.download, self.val_fraction = Path(path).expanduser(), download, val_fraction

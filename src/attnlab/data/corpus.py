@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from .errors import DataError, DataFileNotFoundError
+
 # Fixed, sorted list of stdlib modules whose docstrings may be appended for extra text.
 # Only modules present on every platform; the text still varies across Python versions,
 # which is fine because every cache key hashes the text itself.
@@ -42,18 +44,24 @@ def pydoc_text(include_stdlib_docstrings: bool = False) -> str:
 def decode_utf8_file(path: str | Path, what: str) -> tuple[Path, str]:
     """(absolute path, text) of a UTF-8 file (a leading BOM dropped); one-line errors that name ``what`` and the file.
 
-    FileNotFoundError if missing; ValueError if not UTF-8, naming the line and byte offset of the first bad byte.
+    :class:`DataFileNotFoundError` (a FileNotFoundError) if missing or a folder; :class:`DataError` (a ValueError) if
+    not UTF-8, naming the line and byte offset of the first bad byte, or if it cannot be read.
     """
     p = Path(path).expanduser().absolute()
+    if p.is_dir():
+        raise DataFileNotFoundError(f"{what} is a folder, not a file: {p}")
     if not p.is_file():
-        raise FileNotFoundError(f"{what} not found: {p}")
-    data = p.read_bytes()
+        raise DataFileNotFoundError(f"{what} not found: {p}")
+    try:
+        data = p.read_bytes()
+    except OSError as e:  # e.g. no read permission: the OS's reason, on one line
+        raise DataError(f"cannot read {what} {p}: {e.strerror or e}") from e
     try:
         return p, data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         offset = e.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)  # e.start counts after a stripped BOM
         line = data.count(b"\n", 0, offset) + 1
-        raise ValueError(
+        raise DataError(
             f"{what} is not valid UTF-8: {p}:{line} (byte 0x{data[offset]:02x} at byte offset {offset}, line {line})"
         ) from None
 
@@ -65,5 +73,5 @@ def read_text_file(path: str | Path) -> str:
     """
     p, text = decode_utf8_file(path, "text file")
     if not text.strip():
-        raise ValueError(f"text file is empty: {p}")
+        raise DataError(f"text file is empty: {p}")
     return text

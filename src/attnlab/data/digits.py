@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from .images import ImageClassificationDataModule, stratified_split
+from ..utils.config import ConfigError
 
 DIGITS_SIZE = 8
 
@@ -47,7 +48,7 @@ class DigitsDataModule(ImageClassificationDataModule):
         seq_len: int | None = None,  # ignored
     ):
         if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
-            raise ValueError(f"val_fraction={val_fraction} and test_fraction={test_fraction} must be in (0, 1) and "
+            raise ConfigError(f"val_fraction={val_fraction} and test_fraction={test_fraction} must be in (0, 1) and "
                              "sum to < 1")
         super().__init__(image_size, in_channels, num_classes, batch_size, num_workers, augment, crop_padding,
                          hflip, seed, pin_memory, repeats_per_epoch)

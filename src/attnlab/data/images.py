@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from attnlab.utils.config import ConfigError
 from attnlab.data.loading import EpochDataLoader, FrozenEpochSampler, MidEpochResume, mix64, shuffled_sampler
 
 
@@ -210,9 +211,9 @@ class ImageClassificationDataModule(MidEpochResume, L.LightningDataModule):
     ):
         super().__init__()
         if repeats_per_epoch < 1:
-            raise ValueError(f"repeats_per_epoch must be >= 1, got {repeats_per_epoch}")
+            raise ConfigError(f"repeats_per_epoch must be >= 1, got {repeats_per_epoch}")
         if image_size < 1 or batch_size < 1:
-            raise ValueError(f"image_size and batch_size must be >= 1, got {image_size}, {batch_size}")
+            raise ConfigError(f"image_size and batch_size must be >= 1, got {image_size}, {batch_size}")
         self.image_size, self.in_channels, self.num_classes = image_size, in_channels, num_classes
         self.batch_size, self.num_workers, self.pin_memory = batch_size, num_workers, pin_memory
         self.augment, self.crop_padding, self.hflip, self.seed = augment, crop_padding, hflip, seed
@@ -236,10 +237,10 @@ class ImageClassificationDataModule(MidEpochResume, L.LightningDataModule):
         splits, scale, class_names = self.load_splits()
         train_images = splits["train"][0]
         if train_images.shape[1] != self.in_channels:
-            raise ValueError(f"{self.dataset_name} images have {train_images.shape[1]} channels, "
+            raise ConfigError(f"{self.dataset_name} images have {train_images.shape[1]} channels, "
                              f"but in_channels={self.in_channels}")
         if len(class_names) != self.num_classes:
-            raise ValueError(f"{self.dataset_name} has {len(class_names)} classes, but num_classes={self.num_classes}")
+            raise ConfigError(f"{self.dataset_name} has {len(class_names)} classes, but num_classes={self.num_classes}")
         self.class_names = list(class_names)
         self.mean, self.std = channel_stats(train_images, scale)
         aug = build_augmentation(self.crop_padding, self.hflip) if self.augment else None

@@ -18,12 +18,13 @@ import numpy as np
 
 from ..audio.wav import AudioFileError, read_wav, write_wav
 from ..utils.config import ConfigError
+from .errors import DataError
 
 METADATA = "metadata.csv"
 
 
-class CorpusError(ConfigError):
-    """A speech folder that cannot be read; the message is one line naming the file. A ConfigError (a ValueError),
+class CorpusError(ConfigError, DataError):
+    """A speech folder that cannot be read; the message is one line naming the file. A UserError (and a ValueError),
     so train.py prints that line and exits with status 2 instead of a traceback."""
 
 
@@ -44,7 +45,8 @@ def read_metadata(folder: str | Path) -> list[Entry]:
     try:
         lines = meta.read_text(encoding="utf-8-sig").splitlines()
     except UnicodeDecodeError as e:
-        raise CorpusError(f"{meta} is not valid UTF-8 (byte offset {e.start})") from None
+        line = meta.read_bytes().count(b"\n", 0, e.start) + 1
+        raise CorpusError(f"{meta} is not valid UTF-8 (line {line}, byte offset {e.start})") from None
     entries = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -63,7 +65,7 @@ def load_audio(entry: Entry, sample_rate: int) -> np.ndarray:
     try:
         return read_wav(entry.wav, sample_rate)
     except AudioFileError as e:
-        raise CorpusError(str(e)) from None
+        raise CorpusError(str(e)) from e
 
 
 def write_ljspeech(folder: str | Path, items: list[tuple[str, str, np.ndarray]], sample_rate: int) -> Path:

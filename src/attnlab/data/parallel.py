@@ -29,7 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..utils.config import ConfigError
 from .corpus import decode_utf8_file
+from .errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +60,7 @@ class Pair:
 def check_bucket_edges(edges: Iterable[int]) -> tuple[int, ...]:
     edges = tuple(int(e) for e in edges)
     if not edges or edges[0] < 1 or any(b <= a for a, b in zip(edges, edges[1:])):
-        raise ValueError(f"bucket_edges must be increasing positive word counts, e.g. [3, 6, 9], got {list(edges)}")
+        raise ConfigError(f"bucket_edges must be increasing positive word counts, e.g. [3, 6, 9], got {list(edges)}")
     return edges
 
 
@@ -95,8 +97,9 @@ def _snippet(line: str, width: int = 40) -> str:
 def read_parallel_tsv(path: str | os.PathLike, edges: Sequence[int] = DEFAULT_BUCKET_EDGES) -> list[Pair]:
     """All pairs of a tab-separated parallel corpus, in file order (see the module doc for the format).
 
-    Raises FileNotFoundError (missing file) or ValueError, always with one line that names the file (absolute) and,
-    for a bad line, its number: ``/abs/corpus.tsv:12: no tab between source and target: 'Hello.'``.
+    Raises DataFileNotFoundError (a FileNotFoundError: missing file, or a folder) or DataError (a ValueError), both
+    UserErrors, always with one line that names the file (absolute) and, for a bad line, its number:
+    ``/abs/corpus.tsv:12: no tab between source and target: 'Hello.'``.
     """
     p, text = decode_utf8_file(path, "parallel corpus")
     pairs: list[Pair] = []
@@ -116,15 +119,15 @@ def read_parallel_tsv(path: str | os.PathLike, edges: Sequence[int] = DEFAULT_BU
             blank = []
         cols = raw.split("\t")
         if len(cols) < 2:
-            raise ValueError(f"{p}:{lineno}: no tab between source and target: {_snippet(raw)}")
+            raise DataError(f"{p}:{lineno}: no tab between source and target: {_snippet(raw)}")
         src, tgt = cols[0].strip(), cols[1].strip()
         if not src:
-            raise ValueError(f"{p}:{lineno}: empty source sentence: {_snippet(raw)}")
+            raise DataError(f"{p}:{lineno}: empty source sentence: {_snippet(raw)}")
         if not tgt:
-            raise ValueError(f"{p}:{lineno}: empty target sentence: {_snippet(raw)}")
+            raise DataError(f"{p}:{lineno}: empty target sentence: {_snippet(raw)}")
         pairs.append(Pair(src, tgt, bucket=length_bucket(src, edges), line=lineno))
     if not pairs:
-        raise ValueError(f"parallel corpus has no sentence pairs: {p}")
+        raise DataError(f"parallel corpus has no sentence pairs: {p}")
     if skipped_blank:
         log.warning(f"{p}: skipped {skipped_blank} blank line(s) (first: line {first_blank})")
     return pairs
@@ -139,7 +142,7 @@ def split_pairs(
     test (at least one each when the fraction is > 0); pairs keep their file order inside each split.
     """
     if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
-        raise ValueError(
+        raise ConfigError(
             f"val_fraction={val_fraction} and test_fraction={test_fraction} must be in [0, 1) and sum to < 1"
         )
     sources = list(dict.fromkeys(p.src for p in pairs))  # distinct, first-appearance order
@@ -147,7 +150,7 @@ def split_pairs(
     n_val = max(1, round(val_fraction * n)) if val_fraction > 0 else 0
     n_test = max(1, round(test_fraction * n)) if test_fraction > 0 else 0
     if n - n_val - n_test < 1:
-        raise ValueError(f"{n} distinct source sentences are too few for a train/val/test split")
+        raise DataError(f"{n} distinct source sentences are too few for a train/val/test split")
     order = np.random.default_rng(seed).permutation(n)
     where = {}
     for rank, i in enumerate(order.tolist()):
@@ -179,7 +182,7 @@ def pairs_from_tsv(path: str | os.PathLike) -> list[Pair]:
     """Inverse of ``pairs_to_tsv`` (for files this package wrote)."""
     lines = Path(path).read_text(encoding="utf-8").split("\n")
     if lines[0].split("\t") != list(TSV_COLUMNS):
-        raise ValueError(f"not a cached split file (header {lines[0]!r}): {path}")
+        raise DataError(f"not a cached split file (header {lines[0]!r}): {path}")
     out = []
     for lineno, line in enumerate(lines[1:], start=2):
         if not line:

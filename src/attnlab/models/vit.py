@@ -19,6 +19,7 @@ from ..modules.block import build_block, build_final_norm
 from ..modules.moe import moe_layers
 from ..modules.positional import sinusoidal_table
 from ..modules.spec import FFNSpec, MoESpec, NormSpec, PosSpec
+from ..utils.config import ConfigError
 
 POOLS = ("mean", "cls")
 VIT_POSITIONS = ("learned", "sinusoidal", "none")
@@ -27,7 +28,7 @@ VIT_POSITIONS = ("learned", "sinusoidal", "none")
 def sinusoidal_table_2d(grid_h: int, grid_w: int, dim: int) -> Tensor:
     """(grid_h·grid_w, dim) in row-major patch order: channels [0, dim/2) encode the row, [dim/2, dim) the column."""
     if dim % 4:
-        raise ValueError(f"2-D sinusoidal positions need d_model divisible by 4, got {dim}")
+        raise ConfigError(f"2-D sinusoidal positions need d_model divisible by 4, got {dim}")
     half = dim // 2
     rows = sinusoidal_table(grid_h, half)  # (gh, D/2)
     cols = sinusoidal_table(grid_w, half)  # (gw, D/2)
@@ -42,7 +43,7 @@ class PatchEmbedding(nn.Module):
     def __init__(self, image_size: int, patch_size: int, in_channels: int, d_model: int):
         super().__init__()
         if patch_size < 1 or image_size % patch_size:
-            raise ValueError(f"image_size={image_size} is not divisible by patch_size={patch_size}")
+            raise ConfigError(f"image_size={image_size} is not divisible by patch_size={patch_size}")
         self.image_size, self.patch_size = image_size, patch_size
         self.grid = image_size // patch_size
         self.num_patches = self.grid * self.grid
@@ -50,7 +51,10 @@ class PatchEmbedding(nn.Module):
 
     def forward(self, images: Tensor) -> Tensor:
         if images.shape[-2:] != (self.image_size, self.image_size):
-            raise ValueError(f"expected {self.image_size}×{self.image_size} images, got {tuple(images.shape[-2:])}")
+            # the data and the model disagree (data.image_size vs model.net.image_size): a setting, not a bug
+            raise ConfigError(f"expected {self.image_size}×{self.image_size} images, got {tuple(images.shape[-2:])}: "
+                              f"the model was built for image_size={self.image_size}; give data.image_size and "
+                              f"model.net.image_size the same value")
         return self.proj(images).flatten(2).transpose(1, 2)  # (B, D, gh, gw) -> (B, gh·gw, D)
 
 
@@ -77,9 +81,9 @@ class VisionTransformer(nn.Module):
         super().__init__()
         self.norm_spec, self.pos_spec = NormSpec.from_cfg(norm), PosSpec.from_cfg(pos)
         if pool not in POOLS:
-            raise ValueError(f"unknown pool {pool!r}; choose one of {', '.join(POOLS)}")
+            raise ConfigError(f"unknown pool {pool!r}; choose one of {', '.join(POOLS)}")
         if self.pos_spec.kind not in VIT_POSITIONS:
-            raise ValueError(
+            raise ConfigError(
                 f"pos={self.pos_spec.name} (kind {self.pos_spec.kind!r}) is not meaningful for the Vision Transformer: "
                 f"rotary rotates by a 1-D sequence position, patches sit on a 2-D grid; use one of "
                 f"{', '.join(VIT_POSITIONS)}")

@@ -1,0 +1,237 @@
+"""Check the composed config's numbers before anything is built: one line naming the key, the value and what is
+allowed, instead of a torch error that never names the key (``model.net.d_model=abc``), a ZeroDivisionError
+(``n_heads=0``), a model trained without attention (``n_layers=0``) or a traceback from the optimizer (``lr=-1``).
+
+:func:`validate_config` reads two tables:
+
+* ``RULES``: (key pattern, check) for single values. ``*`` matches within one dotted part
+  (``model.decoding.*.beam_size`` covers ``val`` and ``test``). A key the chosen model or data set does not have is
+  skipped, so one table serves every model family (conf/model/*.yaml).
+* ``RELATIONS``: checks between values (d_model divisible by n_heads, top_k <= num_experts, the data's image size and
+  the model's, ...), each skipped unless its keys are there.
+
+The block groups (``norm``, ``ffn``, ``moe``, ``pos``) are checked under their own names (``moe.top_k``, what the
+user types) and only for a model built from them (``model.uses_groups``); ``moe.*`` only when the mixture is on.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from .config import ConfigError, flatten
+
+# A check returns None for a good value, else what is allowed ("must be a positive integer").
+Check = Callable[[Any], "str | None"]
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
+
+
+def positive_int(v: Any) -> str | None:
+    return None if _is_int(v) and v >= 1 else "must be a positive integer"
+
+
+def non_negative_int(v: Any) -> str | None:
+    return None if _is_int(v) and v >= 0 else "must be an integer >= 0"
+
+
+def positive_number(v: Any) -> str | None:
+    return None if _is_number(v) and v > 0 else "must be a number > 0"
+
+
+def non_negative_number(v: Any) -> str | None:
+    return None if _is_number(v) and v >= 0 else "must be a number >= 0"
+
+
+def probability(v: Any) -> str | None:
+    """A dropout rate: 1 would drop everything."""
+    return None if _is_number(v) and 0 <= v < 1 else "must be a number in [0, 1)"
+
+
+def unit_interval(v: Any) -> str | None:
+    return None if _is_number(v) and 0 <= v <= 1 else "must be a number in [0, 1]"
+
+
+def adam_betas(v: Any) -> str | None:
+    ok = isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_number(b) and 0 <= b < 1 for b in v)
+    return None if ok else "must be two numbers in [0, 1), e.g. [0.9, 0.98]"
+
+
+def optional(check: Check) -> Check:
+    """``check``, or null (the model's default, e.g. n_encoder_layers=null: n_layers)."""
+
+    def nullable(v: Any) -> str | None:
+        problem = check(v) if v is not None else None
+        return problem and f"{problem} (or null)"
+
+    return nullable
+
+
+RULES: list[tuple[str, Check]] = [
+    # sizes of every model family (causal_lm, transformer_mt/nat, seq2seq_*, sequence_classifier, vit, tts)
+    *((f"model.net.{k}", positive_int) for k in (
+        "vocab_size", "d_model", "n_heads", "n_layers", "d_emb", "d_hidden", "max_len", "num_classes", "kernel_size",
+        "image_size", "patch_size", "in_channels", "n_mels", "n_enc_layers", "n_dec_layers", "reduction",
+        "dec_prenet_dim", "postnet_channels", "postnet_layers", "max_text_len", "max_dec_steps")),
+    ("model.net.n_encoder_layers", optional(positive_int)),  # null: n_layers
+    ("model.net.n_decoder_layers", optional(positive_int)),
+    ("model.net.enc_prenet_convs", non_negative_int),
+    ("model.net.max_length_offset", non_negative_int),
+    *((f"model.net.{k}", probability) for k in ("dropout", "attn_dropout", "dec_prenet_dropout")),
+    # optimization
+    ("model.optimizer.lr", positive_number),
+    ("model.optimizer.weight_decay", non_negative_number),
+    ("model.optimizer.betas", adam_betas),
+    ("model.optimizer.eps", positive_number),
+    ("model.scheduler.warmup_steps", non_negative_int),
+    ("model.scheduler.min_lr_ratio", unit_interval),
+    ("model.label_smoothing", probability),
+    ("model.decoding.*.beam_size", positive_int),
+    ("data.batch_size", positive_int),
+    ("data.vocab_size", positive_int),
+    ("data.seq_len", positive_int),
+    ("data.image_size", positive_int),
+    ("trainer.accumulate_grad_batches", positive_int),
+    # block groups (checked only for a model built from them)
+    ("ffn.hidden_mult", positive_number),
+    ("ffn.multiple_of", positive_int),
+    ("moe.num_experts", positive_int),
+    ("moe.top_k", positive_int),
+    ("moe.aux_loss_coef", non_negative_number),
+    ("moe.z_loss_coef", non_negative_number),
+]
+
+
+def _divisible(a: str, b: str, why: str) -> Callable[[Mapping[str, Any]], str | None]:
+    def check(flat: Mapping[str, Any]) -> str | None:
+        x, y = flat.get(a), flat.get(b)
+        if _is_int(x) and _is_int(y) and y > 0 and x % y:
+            return f"{a}={x} is not divisible by {b}={y} ({why})"
+        return None
+
+    return check
+
+
+def _same(a: str, b: str, why: str) -> Callable[[Mapping[str, Any]], str | None]:
+    def check(flat: Mapping[str, Any]) -> str | None:
+        if a in flat and b in flat and flat[a] != flat[b]:
+            return f"{a}={_show(flat[a])} but {b}={_show(flat[b])}: {why}"
+        return None
+
+    return check
+
+
+def _top_k(flat: Mapping[str, Any]) -> str | None:
+    k, n = flat.get("moe.top_k"), flat.get("moe.num_experts")
+    if _is_int(k) and _is_int(n) and k > n:
+        return f"moe.top_k={k} is more than moe.num_experts={n}: each token picks top_k of the experts"
+    return None
+
+
+def _bidirectional_gru(flat: Mapping[str, Any]) -> str | None:
+    d = flat.get("model.net.d_model")
+    if flat.get("model.net.bidirectional") and flat.get("model.net.encoder") == "rnn" and _is_int(d) and d % 2:
+        return f"model.net.d_model={d} must be even for a bidirectional GRU (d_model/2 per direction)"
+    return None
+
+
+def _rotary_head_dim(flat: Mapping[str, Any]) -> str | None:
+    d, h = flat.get("model.net.d_model"), flat.get("model.net.n_heads")
+    if flat.get("pos.kind") == "rotary" and _is_int(d) and _is_int(h) and h > 0 and d % h == 0 and (d // h) % 2:
+        return (f"pos=rotary needs an even head dimension, but model.net.d_model={d} / model.net.n_heads={h} = "
+                f"{d // h}")
+    return None
+
+
+def _even_rnn_hidden(flat: Mapping[str, Any]) -> str | None:
+    d = flat.get("model.net.d_hidden")  # seq2seq_*: the bidirectional encoder runs d_hidden/2 per direction
+    if _is_int(d) and d % 2:
+        return f"model.net.d_hidden={d} must be even (the bidirectional encoder runs d_hidden/2 per direction)"
+    return None
+
+
+RELATIONS: list[Callable[[Mapping[str, Any]], str | None]] = [
+    _divisible("model.net.d_model", "model.net.n_heads", "each head gets d_model / n_heads dimensions"),
+    _divisible("model.net.image_size", "model.net.patch_size", "the image is cut into patch_size × patch_size patches"),
+    _even_rnn_hidden,
+    _same("model.net.image_size", "data.image_size", "the model is built for the images the data gives; set both "
+          "alike (or leave model.net.image_size at its default ${data.image_size})"),
+    _same("model.net.in_channels", "data.in_channels", "the model is built for the images the data gives; set both "
+          "alike (or leave model.net.in_channels at its default ${data.in_channels})"),
+    _top_k,
+    _bidirectional_gru,
+    _rotary_head_dim,
+]
+
+
+def _show(v: Any) -> str:
+    """A value as the user would type it on the command line."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_show(x) for x in v) + "]"
+    return str(v)
+
+
+def _pattern(glob: str) -> re.Pattern:
+    return re.compile("[^.]*".join(re.escape(part) for part in glob.split("*")) + r"\Z")
+
+
+_COMPILED = [(_pattern(glob), check) for glob, check in RULES]
+
+
+def _checked_values(cfg: DictConfig) -> dict[str, Any]:
+    """The flattened, resolved values the rules look at: model, data, trainer, and the block groups the model is
+    built from (``model.net.moe`` etc. are those groups interpolated; they are checked under the group's name)."""
+    view: dict[str, Any] = {}
+    for key in ("model", "data", "trainer"):
+        node = cfg.get(key)
+        if isinstance(node, DictConfig):
+            view[key] = OmegaConf.to_container(node, resolve=True)
+    groups = set(cfg.model.get("uses_groups") or []) if "model" in cfg else set()
+    for g in ("norm", "ffn", "moe", "pos"):
+        node = cfg.get(g)
+        if g in groups and isinstance(node, DictConfig):
+            if g == "moe" and not node.get("enabled"):
+                continue
+            view[g] = OmegaConf.to_container(node, resolve=True)
+    net = view.get("model", {}).get("net")
+    if isinstance(net, dict):
+        for g in ("norm", "ffn", "moe", "pos"):
+            net.pop(g, None)
+    return flatten(view)
+
+
+def config_problems(cfg: DictConfig) -> list[str]:
+    """Every problem found, one phrase each (empty: the config is fine)."""
+    flat = _checked_values(cfg)
+    problems = []
+    for key, value in flat.items():
+        for pattern, check in _COMPILED:
+            if pattern.match(key):
+                problem = check(value)
+                if problem:
+                    problems.append(f"{key}={_show(value)}: {problem}")
+                break
+    if problems:  # relations assume the single values are sane
+        return problems
+    return [p for relation in RELATIONS if (p := relation(flat))]
+
+
+def validate_config(cfg: DictConfig) -> None:
+    """Raise :class:`ConfigError` naming every bad value (on one line, ``; ``-separated) before anything is built."""
+    problems = config_problems(cfg)
+    if problems:
+        raise ConfigError("; ".join(problems))
