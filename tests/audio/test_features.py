@@ -10,7 +10,7 @@ import soundfile as sf
 import torch
 
 from attnlab.audio.features import MelConfig, MelExtractor, hz_to_mel, mel_filterbank
-from attnlab.audio.wav import AudioFileError, read_wav, write_wav
+from attnlab.audio.wav import AudioFileError, read_wav, wav_data_sizes, write_wav
 
 SR = 22050
 
@@ -72,3 +72,25 @@ def test_wav_round_trip_and_one_line_errors(tmp_path):
         with pytest.raises(AudioFileError) as e:
             read_wav(tmp_path / name, SR)
         assert message in str(e.value) and name in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_truncated_wav_is_refused_with_the_sizes(tmp_path):
+    # libsndfile reads a WAV cut short without complaint, returning the frames that are there: half an utterance
+    x = (np.sin(np.linspace(0, 200, 4000)) * 0.5).astype(np.float32)
+    whole = write_wav(tmp_path / "whole.wav", x, SR).read_bytes()  # 44-byte header + 8000 bytes of audio
+    assert wav_data_sizes(tmp_path / "whole.wav") == (8000, 8000)
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes(whole[: len(whole) // 2])
+    assert len(sf.read(cut)[0]) < len(x)  # what would have been trained on
+    with pytest.raises(AudioFileError) as e:
+        read_wav(cut, SR)
+    assert str(e.value) == (f"{cut}: truncated: its header promises 8000 bytes of audio, the file holds 3978 "
+                            "(an interrupted copy or download? copy the file again)")
+    # a streaming writer's placeholder size (0xFFFFFFFF: "until the end") is no promise: read as it is
+    streamed = bytearray(whole)
+    streamed[40:44] = (0xFFFFFFFF).to_bytes(4, "little")
+    (tmp_path / "streamed.wav").write_bytes(bytes(streamed))
+    assert wav_data_sizes(tmp_path / "streamed.wav") is None
+    # trailing bytes after the audio (a pad byte, a LIST chunk) are fine
+    (tmp_path / "longer.wav").write_bytes(whole + b"\0")
+    assert len(read_wav(tmp_path / "longer.wav", SR)) == len(x)

@@ -5,6 +5,8 @@ from pathlib import Path
 import pytest
 
 from attnlab.data.corpus import pydoc_text, read_text_file
+from attnlab.data.errors import DataError, DataFileNotFoundError
+from attnlab.errors import UserError
 
 
 def test_pydoc_text_is_large_english_and_deterministic():
@@ -38,15 +40,22 @@ def _one_line(exc_info) -> str:
 
 def test_missing_file_error_names_absolute_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError) as e:
+    with pytest.raises(DataFileNotFoundError) as e:
         read_text_file("nope.txt")
     assert _one_line(e) == f"text file not found: {tmp_path / 'nope.txt'}"
+    assert isinstance(e.value, FileNotFoundError) and isinstance(e.value, UserError)  # train.py: one line, exit 2
+
+
+def test_a_folder_is_not_a_text_file(tmp_path):
+    with pytest.raises(DataFileNotFoundError) as e:
+        read_text_file(tmp_path)
+    assert _one_line(e) == f"text file is a folder, not a file: {tmp_path}"
 
 
 def test_non_utf8_error_names_file_offset_and_line(tmp_path):
     p = tmp_path / "latin1.txt"
     p.write_bytes(b"first line\nsecond caf\xe9 line\n")
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(DataError) as e:
         read_text_file(p)
     msg = _one_line(e)
     assert str(p) in msg and "UTF-8" in msg
@@ -57,6 +66,6 @@ def test_non_utf8_error_names_file_offset_and_line(tmp_path):
 def test_empty_or_whitespace_file_is_an_error(tmp_path, content):
     p = tmp_path / "empty.txt"
     p.write_bytes(content)
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(DataError) as e:
         read_text_file(p)
     assert _one_line(e) == f"text file is empty: {Path(p).absolute()}"

@@ -4,6 +4,7 @@ import logging
 
 import pytest
 
+from attnlab.data.errors import ConfigError, DataError, DataFileNotFoundError
 from attnlab.data.parallel import (
     Pair,
     bucket_names,
@@ -64,9 +65,16 @@ def test_blank_lines_inside_are_skipped_with_one_warning(tmp_path, caplog):
 
 def test_missing_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError) as e:
+    with pytest.raises(DataFileNotFoundError) as e:  # a UserError (train.py: one line, exit 2), a FileNotFoundError
         read_parallel_tsv("nope.tsv")
     assert one_line(e) == f"parallel corpus not found: {tmp_path / 'nope.tsv'}"
+
+
+def test_a_folder_is_not_a_corpus(tmp_path):
+    (tmp_path / "corpus.tsv").mkdir()
+    with pytest.raises(DataFileNotFoundError) as e:
+        read_parallel_tsv(tmp_path / "corpus.tsv")
+    assert one_line(e) == f"parallel corpus is a folder, not a file: {tmp_path / 'corpus.tsv'}"
 
 
 @pytest.mark.parametrize(
@@ -80,7 +88,7 @@ def test_missing_file(tmp_path, monkeypatch):
 )
 def test_bad_lines_name_file_and_line(tmp_path, content, line, what):
     p = write(tmp_path, content)
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(DataError) as e:
         read_parallel_tsv(p)
     msg = one_line(e)
     assert msg.startswith(f"{p}:{line}: {what}")
@@ -88,7 +96,7 @@ def test_bad_lines_name_file_and_line(tmp_path, content, line, what):
 
 def test_non_utf8_names_file_line_and_byte_offset(tmp_path):
     p = write(tmp_path, b"Hi.\tSalut.\nCoffee.\tCaf\xe9.\n")
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(DataError) as e:
         read_parallel_tsv(p)
     assert one_line(e) == f"parallel corpus is not valid UTF-8: {p}:2 (byte 0xe9 at byte offset 22, line 2)"
 
@@ -96,7 +104,7 @@ def test_non_utf8_names_file_line_and_byte_offset(tmp_path):
 @pytest.mark.parametrize("content", [b"", b"\n\n  \n", b"#separator:tab\n"])
 def test_no_pairs_is_an_error(tmp_path, content):
     p = write(tmp_path, content)
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(DataError) as e:
         read_parallel_tsv(p)
     assert one_line(e) == f"parallel corpus has no sentence pairs: {p}"
 
@@ -121,9 +129,9 @@ def test_split_is_deterministic_and_grouped_by_source():
     assert sum(len(v) for v in a.values()) == 600
     for v in a.values():  # file order kept inside a split
         assert [int(p.tgt[1:]) for p in v] == sorted(int(p.tgt[1:]) for p in v)
-    with pytest.raises(ValueError, match="must be in"):
+    with pytest.raises(ConfigError, match="must be in"):
         split_pairs(pairs, 0.6, 0.5, seed=0)
-    with pytest.raises(ValueError, match="too few"):
+    with pytest.raises(DataError, match="too few"):
         split_pairs(pairs[:2], 0.1, 0.1, seed=0)
 
 

@@ -139,3 +139,22 @@ def test_reader_refuses_wrong_rate_stereo_missing_and_malformed(broken):
     from attnlab.utils.config import ConfigError
 
     assert isinstance(e.value, ConfigError)  # train.py: this one line and exit status 2, no traceback
+
+
+def test_reader_refuses_a_truncated_wav_and_non_utf8_metadata(broken):
+    from attnlab.errors import UserError
+
+    entries = read_metadata(broken)
+    wav = entries[3].wav
+    size = wav.stat().st_size
+    wav.write_bytes(wav.read_bytes()[: size // 2])  # an interrupted copy: libsndfile would read the half silently
+    with pytest.raises(CorpusError) as e:
+        SpeechDataModule(path=str(broken), val_size=1, test_size=1).setup()
+    _one_line(e, str(wav), f"header promises {size - 44} bytes of audio", f"the file holds {size // 2 - 44}")
+    assert isinstance(e.value, UserError)  # train.py: one line, exit 2 (tests/test_bad_inputs.py)
+
+    meta = broken / "metadata.csv"
+    meta.write_bytes(meta.read_bytes() + b"x|caf\xe9|caf\xe9\n")
+    with pytest.raises(CorpusError) as e:
+        read_metadata(broken)
+    _one_line(e, "metadata.csv is not valid UTF-8", f"line {N_UTT + 1}")

@@ -8,6 +8,8 @@ from vision_helpers import CLASSES, write_tiny_cifar
 from attnlab.data.cifar10 import CIFAR10DataModule, CIFAR10FormatError, load_cifar10, read_batch
 from attnlab.data.digits import DigitsDataModule
 from attnlab.data.images import RandomCrop, RandomHorizontalFlip, RepeatedDataset, stratified_split
+from attnlab.data.errors import ConfigError, DataFileNotFoundError
+from attnlab.errors import UserError
 
 
 # --- digits ------------------------------------------------------------------------------------------------------
@@ -57,7 +59,7 @@ def test_digits_upsampling_and_repeats():
     dm.setup()
     assert dm.train_dataset[0]["image"].shape == (1, 16, 16)
     assert len(dm.train_dataloader().dataset) == 3 * len(dm.train_dataset)
-    with pytest.raises(ValueError, match="num_classes=5"):
+    with pytest.raises(ConfigError, match="num_classes=5"):
         DigitsDataModule(num_classes=5).setup()
 
 
@@ -116,6 +118,18 @@ def test_cifar_missing_folder_and_file(tmp_path):
     (tmp_path / "cifar" / "data_batch_4").unlink()
     with pytest.raises(FileNotFoundError, match=r"CIFAR-10 file missing: .*data_batch_4.*data\.download=true"):
         load_cifar10(tmp_path / "cifar")
+    (tmp_path / "cifar" / "data_batch_4").mkdir()
+    with pytest.raises(DataFileNotFoundError, match=r"CIFAR-10 file is a folder, not a file: .*data_batch_4"):
+        load_cifar10(tmp_path / "cifar")
+    with pytest.raises(DataFileNotFoundError, match=r"CIFAR-10 folder is a file, not a folder: .*batches\.meta"):
+        load_cifar10(tmp_path / "cifar" / "batches.meta")  # data.path one level too deep
+
+
+def test_cifar_errors_are_user_errors():
+    # train.py prints a UserError's message as one line and exits with status 2 (tests/test_bad_inputs.py)
+    assert issubclass(CIFAR10FormatError, UserError) and issubclass(DataFileNotFoundError, UserError)
+    with pytest.raises(ConfigError, match=r"val_fraction must be in \(0, 1\)"):
+        CIFAR10DataModule(path="x", val_fraction=1.0)
 
 
 @pytest.mark.parametrize("corrupt, message", [

@@ -1,10 +1,12 @@
 import pytest
 import torch
 
+from attnlab.errors import UserError
 from attnlab.models.vit import PatchEmbedding, VisionTransformer, sinusoidal_table_2d
 from attnlab.modules.block import EncoderBlock
 from attnlab.modules.feedforward import FeedForward
 from attnlab.modules.moe import MixtureOfExperts
+from attnlab.utils.config import ConfigError
 
 
 def tiny(**kw) -> VisionTransformer:
@@ -37,8 +39,11 @@ def test_patch_embedding_is_a_linear_map_of_the_flattened_patch():
 def test_bad_geometry_is_refused():
     with pytest.raises(ValueError, match="not divisible by patch_size"):
         PatchEmbedding(image_size=8, patch_size=3, in_channels=1, d_model=4)
-    with pytest.raises(ValueError, match="expected 8×8 images"):
+    with pytest.raises(ConfigError, match="expected 8×8 images") as e:
         tiny()(torch.zeros(1, 1, 16, 16))
+    # a setting (data.image_size vs model.net.image_size), not a bug: train.py prints this one line and exits 2
+    assert isinstance(e.value, UserError) and "\n" not in str(e.value)
+    assert str(e.value).endswith("give data.image_size and model.net.image_size the same value")
 
 
 def test_mean_pool_is_the_mean_of_the_patch_outputs():

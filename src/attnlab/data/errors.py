@@ -8,6 +8,7 @@ one), so code and tests written against those keep working.
 from __future__ import annotations
 
 from ..errors import UserError
+from ..utils.config import ConfigError  # noqa: F401  (re-exported: data modules raise both, for a setting or a file)
 
 
 class DataError(UserError, ValueError):

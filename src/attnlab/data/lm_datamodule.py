@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from attnlab.data.corpus import pydoc_text, read_text_file
+from attnlab.data.errors import ConfigError, DataError
 from attnlab.data.loading import EpochDataLoader, FrozenEpochSampler, MidEpochResume, mix64, sequential_sampler
 from attnlab.data.tokenizer import BPETokenizer, train_or_load_bpe
 
@@ -40,9 +41,9 @@ def load_text(source: str, path: str | os.PathLike | None = None) -> str:
         return pydoc_text()
     if source == "text_file":
         if path is None:
-            raise ValueError("source='text_file' needs path=<a UTF-8 text file>")
+            raise ConfigError("source='text_file' needs path=<a UTF-8 text file>")
         return read_text_file(path)
-    raise ValueError(f"unknown data source {source!r}; valid sources: {', '.join(SOURCES)}")
+    raise ConfigError(f"unknown data source {source!r}; valid sources: {', '.join(SOURCES)}")
 
 
 def _atomic_save_npy(path: Path, array: np.ndarray) -> None:
@@ -173,14 +174,14 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
     ):
         super().__init__()
         if source not in SOURCES:
-            raise ValueError(f"unknown data source {source!r}; valid sources: {', '.join(SOURCES)}")
+            raise ConfigError(f"unknown data source {source!r}; valid sources: {', '.join(SOURCES)}")
         if source == "text_file" and not path:
-            raise ValueError("source='text_file' needs path=<a UTF-8 text file>")
+            raise ConfigError("source='text_file' needs path=<a UTF-8 text file>")
         if seq_len < 1 or batch_size < 1:
-            raise ValueError(f"seq_len and batch_size must be >= 1, got {seq_len}, {batch_size}")
+            raise ConfigError(f"seq_len and batch_size must be >= 1, got {seq_len}, {batch_size}")
         fractions_ok = 0 <= val_fraction < 1 and 0 <= test_fraction < 1
         if not (fractions_ok and val_fraction + test_fraction < 1):
-            raise ValueError(
+            raise ConfigError(
                 f"val_fraction={val_fraction} and test_fraction={test_fraction} must be in [0, 1) "
                 "and sum to < 1"
             )
@@ -217,13 +218,13 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
         fractions = {"val": hp.val_fraction, "test": hp.test_fraction}
         for name, part in splits.items():
             if fractions.get(name, 1.0) > 0 and len(part) < hp.seq_len + 1:
-                raise ValueError(
+                raise DataError(
                     f"{name} split has {len(part)} tokens, fewer than seq_len+1={hp.seq_len + 1} "
                     f"(corpus: {n} tokens); use more text, a shorter seq_len or a larger fraction"
                 )
         num_windows = hp.train_windows_per_epoch or len(splits["train"]) // hp.seq_len
         if num_windows < hp.batch_size:
-            raise ValueError(
+            raise DataError(
                 f"{num_windows} train windows per epoch < batch_size={hp.batch_size}: "
                 "drop_last would leave no batch"
             )

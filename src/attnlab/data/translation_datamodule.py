@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from attnlab.data.errors import ConfigError, DataError
 from attnlab.data.loading import BatchDataset, MidEpochResume, batch_loader
 from attnlab.data.numbers import load_or_generate_numbers
 from attnlab.data.parallel import (
@@ -183,13 +184,13 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
     ):
         super().__init__()
         if source not in SOURCES:
-            raise ValueError(f"unknown data source {source!r}; valid sources: {', '.join(SOURCES)}")
+            raise ConfigError(f"unknown data source {source!r}; valid sources: {', '.join(SOURCES)}")
         if source == "tsv" and not path:
-            raise ValueError("source='tsv' needs path=<a tab-separated file: source<TAB>target per line>")
+            raise ConfigError("source='tsv' needs path=<a tab-separated file: source<TAB>target per line>")
         if source == "tsv" and copy_names:
-            raise ValueError("copy_names applies to source='numbers' only")
+            raise ConfigError("copy_names applies to source='numbers' only")
         if seq_len < 2 or batch_size < 1:
-            raise ValueError(f"seq_len must be >= 2 and batch_size >= 1, got {seq_len}, {batch_size}")
+            raise ConfigError(f"seq_len must be >= 2 and batch_size >= 1, got {seq_len}, {batch_size}")
         bucket_edges = check_bucket_edges(bucket_edges)
         self.save_hyperparameters()
         self.hparams.bucket_edges = list(bucket_edges)
@@ -223,7 +224,7 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
             splits["test"] = read_parallel_tsv(hp.test_path, edges)
         for name in ("val", "test"):
             if not splits[name]:
-                raise ValueError(f"the {name} split of {hp.path} is empty: give {name}_fraction > 0 or {name}_path")
+                raise DataError(f"the {name} split of {hp.path} is empty: give {name}_fraction > 0 or {name}_path")
         return splits
 
     def _tokenizer(self, train: Sequence[Pair]) -> BPETokenizer:
@@ -253,10 +254,10 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
                 what = (f"{len(pairs) - len(keep)} of {len(pairs)} {name} pairs are longer than seq_len={hp.seq_len} "
                         f"tokens (e.g. {pairs[first].src!r})")  # fmt: skip
                 if hp.source == "numbers":
-                    raise ValueError(f"{what}; use a larger seq_len")
+                    raise ConfigError(f"{what}; use a larger seq_len")
                 log.warning(f"{what}: dropped")
                 if not keep:
-                    raise ValueError(f"the {name} split is empty after dropping pairs longer than seq_len")
+                    raise DataError(f"the {name} split is empty after dropping pairs longer than seq_len")
                 pairs = [pairs[i] for i in keep]
                 src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
             self.splits[name] = pairs

@@ -131,6 +131,12 @@ def _same(a: str, b: str, why: str) -> Callable[[Mapping[str, Any]], str | None]
     return check
 
 
+def _heads(flat: Mapping[str, Any]) -> str | None:
+    if flat.get("model.net.encoder", "attention") != "attention":  # the sequence classifier's RNN / CNN: no heads
+        return None
+    return _divisible("model.net.d_model", "model.net.n_heads", "each head gets d_model / n_heads dimensions")(flat)
+
+
 def _top_k(flat: Mapping[str, Any]) -> str | None:
     k, n = flat.get("moe.top_k"), flat.get("moe.num_experts")
     if _is_int(k) and _is_int(n) and k > n:
@@ -160,8 +166,18 @@ def _even_rnn_hidden(flat: Mapping[str, Any]) -> str | None:
     return None
 
 
+BPE_DATA = ("attnlab.data.lm_datamodule.LMDataModule", "attnlab.data.translation_datamodule.TranslationDataModule")
+
+
+def _bpe_vocab(flat: Mapping[str, Any]) -> str | None:
+    v = flat.get("data.vocab_size")  # the byte-level BPE of the text data sets starts from its specials and 256 bytes
+    if flat.get("data._target_") in BPE_DATA and _is_int(v) and v < 260:
+        return f"data.vocab_size={v}: must be >= 260 for a byte-level BPE (4 special tokens + 256 bytes)"
+    return None
+
+
 RELATIONS: list[Callable[[Mapping[str, Any]], str | None]] = [
-    _divisible("model.net.d_model", "model.net.n_heads", "each head gets d_model / n_heads dimensions"),
+    _heads,
     _divisible("model.net.image_size", "model.net.patch_size", "the image is cut into patch_size × patch_size patches"),
     _even_rnn_hidden,
     _same("model.net.image_size", "data.image_size", "the model is built for the images the data gives; set both "
@@ -169,6 +185,7 @@ RELATIONS: list[Callable[[Mapping[str, Any]], str | None]] = [
     _same("model.net.in_channels", "data.in_channels", "the model is built for the images the data gives; set both "
           "alike (or leave model.net.in_channels at its default ${data.in_channels})"),
     _top_k,
+    _bpe_vocab,
     _bidirectional_gru,
     _rotary_head_dim,
 ]
@@ -214,8 +231,24 @@ def _checked_values(cfg: DictConfig) -> dict[str, Any]:
     return flatten(view)
 
 
+def missing_values(node: Any, prefix: str) -> list[str]:
+    """Dotted keys under ``node`` left at ``???`` (a value the user must give, e.g. ``data.path`` of data=tsv)."""
+    if not isinstance(node, DictConfig):
+        return []
+    found = []
+    for key in node.keys():
+        if OmegaConf.is_missing(node, key):
+            found.append(f"{prefix}.{key}")
+        elif not OmegaConf.is_interpolation(node, key):
+            found += missing_values(node._get_node(key), f"{prefix}.{key}")
+    return found
+
+
 def config_problems(cfg: DictConfig) -> list[str]:
     """Every problem found, one phrase each (empty: the config is fine)."""
+    missing = [k for top in ("data", "model") for k in missing_values(cfg.get(top), top)]
+    if missing:  # nothing else can be resolved reliably before these are given
+        return [f"{k} is not set: give it on the command line ({k}=...)" for k in missing]
     flat = _checked_values(cfg)
     problems = []
     for key, value in flat.items():

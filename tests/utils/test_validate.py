@@ -1,0 +1,130 @@
+"""validate_config: every shipped model and experiment passes; a bad value of each model family is named with its key,
+its value and what is allowed (the same check train.py runs first; tests/test_bad_inputs.py runs it for real)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import compose_train
+
+from attnlab.paths import CONF_DIR
+from attnlab.utils.config import ConfigError
+from attnlab.utils.validate import config_problems, validate_config
+
+
+def names(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+CHOICES = ([f"model={m}" for m in names("model")] + [f"model={m} debug=fast" for m in names("model")]  # as tests use them
+           + [f"experiment={e}" for e in names("experiment")])
+
+
+@pytest.mark.parametrize("choice", CHOICES)
+def test_every_shipped_model_and_experiment_passes(choice, tmp_path):
+    validate_config(compose_train(choice.split(), tmp_path))
+
+
+@pytest.mark.parametrize("groups", [["moe=on"], ["pos=rotary"], ["ffn=swiglu", "norm=rms"], ["pos=sinusoidal"]])
+def test_block_groups_as_shipped_pass(groups, tmp_path):
+    for model in ("causal_lm", "transformer_mt", "sequence_classifier"):
+        assert config_problems(compose_train([f"model={model}", *groups], tmp_path)) == [], (model, groups)
+
+
+def problems(tmp_path, *overrides: str) -> list[str]:
+    return config_problems(compose_train(list(overrides), tmp_path))
+
+
+# (overrides, the one problem reported): at least a few keys of every model family
+BAD = [
+    # the language model
+    (["model=causal_lm", "model.net.d_model=abc"], "model.net.d_model=abc: must be a positive integer"),
+    (["model=causal_lm", "model.net.n_heads=0"], "model.net.n_heads=0: must be a positive integer"),
+    (["model=causal_lm", "model.net.n_layers=0"], "model.net.n_layers=0: must be a positive integer"),
+    (["model=causal_lm", "model.net.dropout=1.0"], "model.net.dropout=1.0: must be a number in [0, 1)"),
+    (["model=causal_lm", "model.net.attn_dropout=-0.1"], "model.net.attn_dropout=-0.1: must be a number in [0, 1)"),
+    (["model=causal_lm", "model.net.n_heads=5"],
+     "model.net.d_model=192 is not divisible by model.net.n_heads=5 (each head gets d_model / n_heads dimensions)"),
+    (["model=causal_lm", "model.optimizer.lr=-1"], "model.optimizer.lr=-1: must be a number > 0"),
+    (["model=causal_lm", "model.optimizer.lr=0"], "model.optimizer.lr=0: must be a number > 0"),
+    (["model=causal_lm", "model.optimizer.weight_decay=-0.1"],
+     "model.optimizer.weight_decay=-0.1: must be a number >= 0"),
+    (["model=causal_lm", "model.optimizer.betas=[0.9,1.0]"],
+     "model.optimizer.betas=[0.9, 1.0]: must be two numbers in [0, 1), e.g. [0.9, 0.98]"),
+    (["model=causal_lm", "model.scheduler.warmup_steps=-5"],
+     "model.scheduler.warmup_steps=-5: must be an integer >= 0"),
+    (["model=causal_lm", "data.batch_size=0"], "data.batch_size=0: must be a positive integer"),
+    (["model=causal_lm", "data.seq_len=0"],  # model.net.max_len is ${data.seq_len}: both are named
+     "model.net.max_len=0: must be a positive integer; data.seq_len=0: must be a positive integer"),
+    (["model=causal_lm", "data.vocab_size=100"],
+     "data.vocab_size=100: must be >= 260 for a byte-level BPE (4 special tokens + 256 bytes)"),
+    (["model=causal_lm", "moe=on", "moe.num_experts=0"], "moe.num_experts=0: must be a positive integer"),
+    (["model=causal_lm", "moe=on", "moe.top_k=0"], "moe.top_k=0: must be a positive integer"),
+    (["model=causal_lm", "moe=on", "moe.top_k=9"],
+     "moe.top_k=9 is more than moe.num_experts=8: each token picks top_k of the experts"),
+    (["model=causal_lm", "ffn.hidden_mult=0"], "ffn.hidden_mult=0: must be a number > 0"),
+    (["model=causal_lm", "pos=rotary", "model.net.d_model=66", "model.net.n_heads=6"],
+     "pos=rotary needs an even head dimension, but model.net.d_model=66 / model.net.n_heads=6 = 11"),
+    # transformer translation (and the non-autoregressive one)
+    (["model=transformer_mt", "+model.net.n_encoder_layers=0"],
+     "model.net.n_encoder_layers=0: must be a positive integer (or null)"),
+    (["model=transformer_mt", "+model.net.n_decoder_layers=two"],
+     "model.net.n_decoder_layers=two: must be a positive integer (or null)"),
+    (["model=transformer_mt", "model.decoding.test.beam_size=0"],
+     "model.decoding.test.beam_size=0: must be a positive integer"),
+    (["model=transformer_mt", "model.label_smoothing=1"], "model.label_smoothing=1: must be a number in [0, 1)"),
+    (["model=transformer_nat", "model.net.max_length_offset=-1"],
+     "model.net.max_length_offset=-1: must be an integer >= 0"),
+    # RNN translation
+    (["model=seq2seq_attention", "model.net.d_hidden=0"], "model.net.d_hidden=0: must be a positive integer"),
+    (["model=seq2seq_attention", "model.net.d_hidden=33"],
+     "model.net.d_hidden=33 must be even (the bidirectional encoder runs d_hidden/2 per direction)"),
+    (["model=seq2seq_baseline", "model.net.d_emb=-3"], "model.net.d_emb=-3: must be a positive integer"),
+    # the sequence classifier
+    (["model=sequence_classifier", "model.net.kernel_size=0"], "model.net.kernel_size=0: must be a positive integer"),
+    (["model=sequence_classifier", "model.encoder=rnn", "model.net.bidirectional=true", "model.net.d_model=63"],
+     "model.net.d_model=63 must be even for a bidirectional GRU (d_model/2 per direction)"),  # n_heads: unused
+    (["model=sequence_classifier", "model.net.d_model=63"],  # the attention encoder
+     "model.net.d_model=63 is not divisible by model.net.n_heads=4 (each head gets d_model / n_heads dimensions)"),
+    # the Vision Transformer
+    (["model=vit", "model.net.patch_size=3"],
+     "model.net.image_size=8 is not divisible by model.net.patch_size=3 (the image is cut into patch_size × "
+     "patch_size patches)"),
+    (["model=vit", "data.image_size=16", "model.net.image_size=8"],
+     "model.net.image_size=8 but data.image_size=16: the model is built for the images the data gives; set both "
+     "alike (or leave model.net.image_size at its default ${data.image_size})"),
+    (["model=vit", "model.net.in_channels=3"],
+     "model.net.in_channels=3 but data.in_channels=1: the model is built for the images the data gives; set both "
+     "alike (or leave model.net.in_channels at its default ${data.in_channels})"),
+    # text to speech
+    (["model=tts", "model.net.n_dec_layers=0"], "model.net.n_dec_layers=0: must be a positive integer"),
+    (["model=tts", "model.net.reduction=0"], "model.net.reduction=0: must be a positive integer"),
+    (["model=tts", "model.net.dec_prenet_dropout=1.5"], "model.net.dec_prenet_dropout=1.5: must be a number in [0, 1)"),
+    (["model=tts", "model.net.enc_prenet_convs=-1"], "model.net.enc_prenet_convs=-1: must be an integer >= 0"),
+    # training
+    (["trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches=0: must be a positive integer"),
+]
+
+
+@pytest.mark.parametrize("overrides,expected", BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_a_bad_value_is_named_with_what_is_allowed(overrides, expected, tmp_path):
+    with pytest.raises(ConfigError) as e:
+        validate_config(compose_train(overrides, tmp_path))
+    assert str(e.value) == expected and "\n" not in str(e.value)
+
+
+def test_every_bad_value_is_named_on_one_line(tmp_path):
+    cfg = compose_train(["model=causal_lm", "model.net.n_heads=0", "model.optimizer.lr=-1"], tmp_path)
+    with pytest.raises(ConfigError, match=r"^model\.net\.n_heads=0: must be a positive integer; "
+                                          r"model\.optimizer\.lr=-1: must be a number > 0$"):
+        validate_config(cfg)
+
+
+def test_groups_a_model_is_not_built_from_are_not_checked(tmp_path):
+    # the RNN is built from no block group, and a mixture that is off is not used: neither can break the run
+    assert problems(tmp_path, "model=seq2seq_attention", "moe.top_k=0", "ffn.hidden_mult=0") == []
+    assert problems(tmp_path, "model=causal_lm", "moe.top_k=0") == []  # moe=off
+
+
+def test_a_missing_mandatory_value_is_named(tmp_path):
+    assert problems(tmp_path, "data=tsv") == ["data.path is not set: give it on the command line (data.path=...)"]
+    assert problems(tmp_path, "data=tsv", "data.path=/some/file.tsv") == []
