@@ -46,6 +46,7 @@ BAD = [
      "model.net.d_model=192 is not divisible by model.net.n_heads=5 (each head gets d_model / n_heads dimensions)"),
     (["model=causal_lm", "model.optimizer.lr=-1"], "model.optimizer.lr=-1: must be a number > 0"),
     (["model=causal_lm", "model.optimizer.lr=0"], "model.optimizer.lr=0: must be a number > 0"),
+    (["model=causal_lm", "model.optimizer.lr=nan"], "model.optimizer.lr=nan: must be a number > 0"),
     (["model=causal_lm", "model.optimizer.weight_decay=-0.1"],
      "model.optimizer.weight_decay=-0.1: must be a number >= 0"),
     (["model=causal_lm", "model.optimizer.betas=[0.9,1.0]"],
@@ -123,6 +124,10 @@ def test_groups_a_model_is_not_built_from_are_not_checked(tmp_path):
     # the RNN is built from no block group, and a mixture that is off is not used: neither can break the run
     assert problems(tmp_path, "model=seq2seq_attention", "moe.top_k=0", "ffn.hidden_mult=0") == []
     assert problems(tmp_path, "model=causal_lm", "moe.top_k=0") == []  # moe=off
+
+
+def test_lr_inf_is_let_through_for_the_divergence_guard(tmp_path):
+    assert problems(tmp_path, "model=seq2seq_attention", "model.optimizer.lr=inf") == []
 
 
 def test_a_missing_mandatory_value_is_named(tmp_path):

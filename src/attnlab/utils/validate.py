@@ -49,6 +49,13 @@ def positive_number(v: Any) -> str | None:
     return None if _is_number(v) and v > 0 else "must be a number > 0"
 
 
+def learning_rate(v: Any) -> str | None:
+    """> 0; inf is let through on purpose: it is how the divergence guard is provoked for real (an update that
+    overflows, tests/callbacks/test_nonfinite.py), and that guard stops such a run with its own one line."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and not math.isnan(v)
+    return None if ok else "must be a number > 0"
+
+
 def non_negative_number(v: Any) -> str | None:
     return None if _is_number(v) and v >= 0 else "must be a number >= 0"
 
@@ -89,7 +96,7 @@ RULES: list[tuple[str, Check]] = [
     ("model.net.max_length_offset", non_negative_int),
     *((f"model.net.{k}", probability) for k in ("dropout", "attn_dropout", "dec_prenet_dropout")),
     # optimization
-    ("model.optimizer.lr", positive_number),
+    ("model.optimizer.lr", learning_rate),
     ("model.optimizer.weight_decay", non_negative_number),
     ("model.optimizer.betas", adam_betas),
     ("model.optimizer.eps", positive_number),
