@@ -65,6 +65,8 @@ BAD = [
     (["model=causal_lm", "ffn.hidden_mult=0"], "ffn.hidden_mult=0: must be a number > 0"),
     (["model=causal_lm", "pos=rotary", "model.net.d_model=66", "model.net.n_heads=6"],
      "pos=rotary needs an even head dimension, but model.net.d_model=66 / model.net.n_heads=6 = 11"),
+    (["model=causal_lm", "norm.placement=middle"], "norm.placement=middle: choose one of pre, post"),
+    (["model=causal_lm", "ffn.activation=tanh"], "ffn.activation=tanh: choose one of relu, gelu, swiglu"),
     # transformer translation (and the non-autoregressive one)
     (["model=transformer_mt", "+model.net.n_encoder_layers=0"],
      "model.net.n_encoder_layers=0: must be a positive integer (or null)"),
@@ -80,12 +82,18 @@ BAD = [
     (["model=seq2seq_attention", "model.net.d_hidden=33"],
      "model.net.d_hidden=33 must be even (the bidirectional encoder runs d_hidden/2 per direction)"),
     (["model=seq2seq_baseline", "model.net.d_emb=-3"], "model.net.d_emb=-3: must be a positive integer"),
+    (["model=seq2seq_attention", "model.cell=rnn"], "model.cell=rnn: choose one of gru, lstm"),
+    (["model=seq2seq_attention", "model.attention=dot"],
+     "model.attention=dot: choose one of none, bahdanau, luong_dot, luong_general"),
+    (["model=seq2seq_attention", "model.scheduled_sampling.schedule=cosine"],
+     "model.scheduled_sampling.schedule=cosine: choose one of none, constant, linear, exponential, inverse_sigmoid"),
     # the sequence classifier
     (["model=sequence_classifier", "model.net.kernel_size=0"], "model.net.kernel_size=0: must be a positive integer"),
     (["model=sequence_classifier", "model.encoder=rnn", "model.net.bidirectional=true", "model.net.d_model=63"],
      "model.net.d_model=63 must be even for a bidirectional GRU (d_model/2 per direction)"),  # n_heads: unused
     (["model=sequence_classifier", "model.net.d_model=63"],  # the attention encoder
      "model.net.d_model=63 is not divisible by model.net.n_heads=4 (each head gets d_model / n_heads dimensions)"),
+    (["model=sequence_classifier", "model.encoder=lstm"], "model.encoder=lstm: choose one of rnn, cnn, attention"),
     # the Vision Transformer
     (["model=vit", "model.net.patch_size=3"],
      "model.net.image_size=8 is not divisible by model.net.patch_size=3 (the image is cut into patch_size × "
@@ -101,6 +109,7 @@ BAD = [
     (["model=tts", "model.net.reduction=0"], "model.net.reduction=0: must be a positive integer"),
     (["model=tts", "model.net.dec_prenet_dropout=1.5"], "model.net.dec_prenet_dropout=1.5: must be a number in [0, 1)"),
     (["model=tts", "model.net.enc_prenet_convs=-1"], "model.net.enc_prenet_convs=-1: must be an integer >= 0"),
+    (["model=tts", "data.num_utterances=0"], "data.num_utterances=0: must be a positive integer"),
     # training
     (["trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches=0: must be a positive integer"),
 ]

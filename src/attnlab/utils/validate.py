@@ -23,6 +23,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from ..decoding.scheduled_sampling import SCHEDULES
+from ..models.seq2seq_rnn import ATTENTIONS, CELLS
+from ..models.sequence_classifier import ENCODERS
+from ..modules.feedforward import FFN_ACTIVATIONS
+from ..modules.norm import NORM_KINDS
+from ..modules.positional import POSITION_KINDS
 from .config import ConfigError, flatten
 
 # A check returns None for a good value, else what is allowed ("must be a positive integer").
@@ -74,6 +80,16 @@ def adam_betas(v: Any) -> str | None:
     return None if ok else "must be two numbers in [0, 1), e.g. [0.9, 0.98]"
 
 
+def one_of(choices) -> Check:
+    """A name from the code's own list (so the table cannot drift from what the model accepts)."""
+    allowed = tuple(choices)
+
+    def check(v: Any) -> str | None:
+        return None if v in allowed else f"choose one of {', '.join(allowed)}"
+
+    return check
+
+
 def optional(check: Check) -> Check:
     """``check``, or null (the model's default, e.g. n_encoder_layers=null: n_layers)."""
 
@@ -103,13 +119,25 @@ RULES: list[tuple[str, Check]] = [
     ("model.scheduler.warmup_steps", non_negative_int),
     ("model.scheduler.min_lr_ratio", unit_interval),
     ("model.label_smoothing", probability),
+    ("model.scheduled_sampling.schedule", one_of(SCHEDULES)),
+    # the command-line shortcuts copied into model.net (model.cell=lstm, model.attention=none, model.encoder=rnn)
+    ("model.cell", one_of(CELLS)),
+    ("model.attention", one_of(ATTENTIONS)),
+    ("model.encoder", one_of(ENCODERS)),
     ("model.decoding.*.beam_size", positive_int),
     ("data.batch_size", positive_int),
     ("data.vocab_size", positive_int),
     ("data.seq_len", positive_int),
     ("data.image_size", positive_int),
+    *((f"data.{k}", positive_int) for k in ("train_size", "val_size", "test_size", "num_utterances", "num_fillers")),
+    ("data.num_workers", non_negative_int),
+    ("data.pydoc_fraction", unit_interval),
     ("trainer.accumulate_grad_batches", positive_int),
     # block groups (checked only for a model built from them)
+    ("norm.kind", one_of(NORM_KINDS)),
+    ("norm.placement", one_of(("pre", "post"))),
+    ("ffn.activation", one_of(FFN_ACTIVATIONS)),
+    ("pos.kind", one_of(POSITION_KINDS)),
     ("ffn.hidden_mult", positive_number),
     ("ffn.multiple_of", positive_int),
     ("moe.num_experts", positive_int),
