@@ -56,6 +56,8 @@ CASES = [
      "parallel corpus is not valid UTF-8", ["{bad}/latin1.tsv:2", "byte offset 22", "0xe9"]),
     ("tsv-folder", ["model=transformer_mt", "data=tsv", "data.path={bad}/a_folder.tsv"],
      "parallel corpus is a folder, not a file", ["{bad}/a_folder.tsv"]),
+    ("tsv-path-not-given", ["model=transformer_mt", "data=tsv"],
+     "data.path is not set: give it on the command line (data.path=...)", []),
     # a language-model text (data=text_file)
     ("text-missing", ["model=causal_lm", "data=text_file", "data.path={bad}/nowhere.txt"],
      "text file not found", ["{bad}/nowhere.txt"]),
