@@ -15,7 +15,8 @@ def names(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
-CHOICES = ([f"model={m}" for m in names("model")] + [f"model={m} debug=fast" for m in names("model")]  # as tests use them
+CHOICES = ([f"model={m}" for m in names("model")]
+           + [f"model={m} debug=fast" for m in names("model")]  # the sizes the tests use
            + [f"experiment={e}" for e in names("experiment")])
 
 

@@ -213,7 +213,8 @@ def _bpe_vocab(flat: Mapping[str, Any]) -> str | None:
 
 RELATIONS: list[Callable[[Mapping[str, Any]], str | None]] = [
     _heads,
-    _divisible("model.net.image_size", "model.net.patch_size", "the image is cut into patch_size × patch_size patches"),
+    _divisible("model.net.image_size", "model.net.patch_size",
+               "the image is cut into patch_size × patch_size patches"),
     _even_rnn_hidden,
     _same("model.net.image_size", "data.image_size", "the model is built for the images the data gives; set both "
           "alike (or leave model.net.image_size at its default ${data.image_size})"),
