@@ -78,6 +78,8 @@ BAD = [
     (["model=transformer_mt", "model.label_smoothing=1"], "model.label_smoothing=1: must be a number in [0, 1)"),
     (["model=transformer_nat", "model.net.max_length_offset=-1"],
      "model.net.max_length_offset=-1: must be an integer >= 0"),
+    (["model=transformer_mt", "data.target_lang=es"], "data.target_lang=es: choose one of fr, de"),
+    (["model=transformer_mt", "data.max_digits=13"], "data.max_digits=13: must be an integer from 1 to 12"),
     # RNN translation
     (["model=seq2seq_attention", "model.net.d_hidden=0"], "model.net.d_hidden=0: must be a positive integer"),
     (["model=seq2seq_attention", "model.net.d_hidden=33"],

@@ -23,6 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from ..data.numbers import TARGET_LANGS
 from ..decoding.scheduled_sampling import SCHEDULES
 from ..models.seq2seq_rnn import ATTENTIONS, CELLS
 from ..models.sequence_classifier import ENCODERS
@@ -60,6 +61,13 @@ def learning_rate(v: Any) -> str | None:
     overflows, tests/callbacks/test_nonfinite.py), and that guard stops such a run with its own one line."""
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and not math.isnan(v)
     return None if ok else "must be a number > 0"
+
+
+def int_in(lo: int, hi: int) -> Check:
+    def check(v: Any) -> str | None:
+        return None if _is_int(v) and lo <= v <= hi else f"must be an integer from {lo} to {hi}"
+
+    return check
 
 
 def non_negative_number(v: Any) -> str | None:
@@ -131,6 +139,9 @@ RULES: list[tuple[str, Check]] = [
     ("data.image_size", positive_int),
     *((f"data.{k}", positive_int) for k in ("train_size", "val_size", "test_size", "num_utterances", "num_fillers")),
     ("data.num_workers", non_negative_int),
+    ("data.target_lang", one_of(TARGET_LANGS)),  # data=numbers
+    ("data.max_digits", int_in(1, 12)),
+    ("data.copy_fraction", unit_interval),
     ("data.pydoc_fraction", unit_interval),
     ("trainer.accumulate_grad_batches", positive_int),
     # block groups (checked only for a model built from them)
