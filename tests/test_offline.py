@@ -22,12 +22,11 @@ import sys
 
 import hydra
 import pytest
+import pytest_socket  # the dev extra's pytest-socket
 from helpers import compose_train
 
 from attnlab.paths import ROOT
 from attnlab.train import run
-
-pytest.importorskip("pytest_socket")
 
 # The default job with a smaller corpus and model: the same code paths (num2words, BPE training, the transformer,
 # W&B offline, checkpoints, attention maps, translation tables), seconds instead of minutes.
@@ -44,8 +43,7 @@ def sockets_refused():
     through a Unix socket pair; neither can leave the machine. With them refused too, `wandb.init` waited for its
     service forever (measured: no error after 10 minutes), hence also the watchdog below.
     """
-    import pytest_socket
-
+    true_socket, true_getaddrinfo = socket.socket, socket.getaddrinfo
     pytest_socket.disable_socket(allow_unix_socket=True)
     guarded_socket, guarded_getaddrinfo = socket.socket, socket.getaddrinfo
     attempts: list = []
@@ -68,6 +66,19 @@ def sockets_refused():
     finally:
         faulthandler.cancel_dump_traceback_later()
         pytest_socket.enable_socket()
+        # enable_socket only restores what it replaced itself; the recording wrappers are ours to undo
+        socket.socket, socket.getaddrinfo = true_socket, true_getaddrinfo
+
+
+def test_a_swallowed_attempt_is_still_recorded(sockets_refused):
+    """What the main test relies on: a library that catches the refusal cannot hide the attempt."""
+    import urllib.request
+
+    try:
+        urllib.request.urlopen("http://example.com/", timeout=1)  # noqa: S310
+    except Exception:  # noqa: BLE001 - swallowed, as a careless downloader would
+        pass
+    assert sockets_refused and sockets_refused[0][0] in ("getaddrinfo", "socket")
 
 
 @pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="W&B's service needs a Unix socket to run offline here")
@@ -113,3 +124,9 @@ def test_train_py_runs_in_a_network_namespace(tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert (run_dir / "metrics.json").is_file() and (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert list(run_dir.glob("wandb/offline-run-*/run-*.wandb"))
+
+
+def test_sockets_work_again_after_the_guarded_test():
+    """The guard is undone for the tests that follow in the same process (name lookups included)."""
+    assert socket.getaddrinfo("localhost", None)
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
