@@ -28,6 +28,9 @@ from helpers import compose_train
 from attnlab.paths import ROOT
 from attnlab.train import run
 
+# pytest-socket warns on every refusal; the refusals here are this file's own checks
+pytestmark = pytest.mark.filterwarnings("ignore:A test tried to use socket")
+
 # The default job with a smaller corpus and model: the same code paths (num2words, BPE training, the transformer,
 # W&B offline, checkpoints, attention maps, translation tables), seconds instead of minutes.
 TINY_DEFAULT = ["debug=fast", "data.train_size=600", "data.val_size=40", "data.test_size=40", "data.max_digits=4",
