@@ -1,4 +1,7 @@
-"""The notebooks run top to bottom, headless, against a run directory made by the real `python train.py`."""
+"""notebooks/review_run.ipynb runs top to bottom, headless, on a run directory made by the real `python train.py`,
+for every model family: the default translation job logged to W&B offline (executed the README's way, `jupyter
+nbconvert --execute` with ATTNLAB_RUN_DIR), the language model with the CSV logger (nbclient, parameters cell), and,
+with `-m slow`, the NAT and RNN translators, the ViT, TTS and the sequence classifier."""
 
 from __future__ import annotations
 
@@ -13,20 +16,53 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
+QUIET = ["callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false"]
+TINY_NUMBERS = ["data.train_size=400", "data.val_size=40", "data.test_size=40", "data.max_digits=4"]
+
+# family -> (train.py overrides on top of debug=fast, text the review must show, images it must show at least)
+FAMILIES = {
+    "transformer_mt": ([*TINY_NUMBERS], ["family: translation", "| source | greedy | beam 5 |",
+                                         "translations/epoch000-step000008.tsv"], 4),
+    "causal_lm": (["model=causal_lm", "logger=csv"], ["family: language model", "--- sample 0 ---",
+                                                       "--- sample 1 ---"], 3),
+    "transformer_nat": (["model=transformer_nat", *TINY_NUMBERS], ["family: translation", "NATTranslationTask",
+                                                                    "| source | greedy | beam 5 |"], 4),
+    "seq2seq_attention": (["model=seq2seq_attention", *TINY_NUMBERS, "model.net.d_emb=16", "model.net.d_hidden=32"],
+                          ["family: translation", "Seq2SeqRNN", "| source | greedy | beam 5 |"], 2),
+    "vit": (["model=vit"], ["family: image classifier", "confusion_matrix/test.png"], 5),
+    "tts": (["model=tts", "data.num_utterances=24", "data.max_digits=2", "data.val_size=4", "data.test_size=4",
+             "data.batch_size=4", "trainer.limit_train_batches=4", "model.net.postnet_channels=16",
+             "model.net.dec_prenet_dim=32", "model.griffin_lim_iters=4", "model.max_frames_per_char=3",
+             "model.free_running_samples=2"], ["family: text-to-speech", "tts_samples/epoch000_mel.png",
+                                               "tts_samples/epoch000.wav"], 5),
+    "sequence_classifier": (["model=sequence_classifier", "data.train_size=256", "data.val_size=32",
+                             "data.test_size=32"], ["family: sequence classifier"], 3),
+}
+IN_DEFAULT_SUITE = ("transformer_mt", "causal_lm")  # the default job and the LM; the rest adds ~2 min: -m slow
 
 
-@pytest.fixture(scope="module")
-def fast_run(tmp_path_factory, cache_dir) -> Path:
-    """A finished `python train.py debug=fast logger=csv` run directory."""
-    run_dir = tmp_path_factory.mktemp("nb") / "run"
+def kernel_env() -> dict[str, str]:
+    """What the notebook's kernel inherits: inline figures as in Jupyter whatever backend the environment sets, and
+    one torch thread (two threads on a shared 2-core machine made the LM's sampling cell 20x slower)."""
+    return {"MPLBACKEND": "module://matplotlib_inline.backend_inline", "OMP_NUM_THREADS": "1"}
+
+
+def train(run_dir: Path, overrides: list[str], cache_dir: str) -> None:
     env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
     env.pop("PYTEST_XDIST_WORKER", None)
-    proc = subprocess.run([sys.executable, "train.py", "model=causal_lm", "debug=fast", "logger=csv", f"hydra.run.dir={run_dir}"],
-                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "train.py", "debug=fast", *QUIET, *overrides, f"hydra.run.dir={run_dir}"],
+                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert (run_dir / "checkpoints" / "last.ckpt").is_file(), proc.stdout[-4000:]
-    return run_dir
+
+
+@pytest.fixture(scope="module", params=[
+    pytest.param(name, marks=() if name in IN_DEFAULT_SUITE else pytest.mark.slow) for name in FAMILIES])
+def family_run(request, tmp_path_factory, cache_dir) -> tuple[str, Path]:
+    """A finished `python train.py debug=fast ...` run directory of one model family."""
+    run_dir = tmp_path_factory.mktemp(request.param) / "run"
+    train(run_dir, FAMILIES[request.param][0], cache_dir)
+    return request.param, run_dir
 
 
 def parameter_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -40,33 +76,62 @@ def outputs_text(nb: nbformat.NotebookNode) -> str:
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             parts.append(out.get("text", ""))
-            parts.append(out.get("data", {}).get("text/plain", ""))
+            parts += [out.get("data", {}).get(k, "") for k in ("text/plain", "text/markdown", "text/html")]
     return "\n".join(parts)
+
+
+def images(nb: nbformat.NotebookNode) -> list:
+    return [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+
+
+def execute_with_nbconvert(run_dir: Path, out_dir: Path) -> nbformat.NotebookNode:
+    """The README's command: `ATTNLAB_RUN_DIR=<run> jupyter nbconvert --to notebook --execute ...`."""
+    env = {**os.environ, **kernel_env(), "ATTNLAB_RUN_DIR": str(run_dir)}
+    proc = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
+                           "notebooks/review_run.ipynb", "--output-dir", str(out_dir)],
+                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:]  # nbconvert exits non-zero on a cell error
+    return nbformat.read(out_dir / "review_run.ipynb", as_version=4)
+
+
+def execute_with_nbclient(run_dir: Path, monkeypatch) -> nbformat.NotebookNode:
+    """As a test harness (or papermill) would: the parameters cell replaced."""
+    nb = nbformat.read(NOTEBOOKS / "review_run.ipynb", as_version=4)
+    parameter_cell(nb).source = f"RUN_DIR = {str(run_dir)!r}"
+    for key, value in kernel_env().items():
+        monkeypatch.setenv(key, value)
+    NotebookClient(nb, timeout=180, kernel_name="python3",
+                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()  # raises on a cell error
+    return nb
 
 
 def test_review_run_parameter_cell_defaults_to_newest_run():
     nb = nbformat.read(NOTEBOOKS / "review_run.ipynb", as_version=4)
     nbformat.validate(nb)
-    assert parameter_cell(nb).source.splitlines()[-1].strip() == "RUN_DIR = None"
+    assert parameter_cell(nb).source.splitlines()[-1].strip() == 'RUN_DIR = os.environ.get("ATTNLAB_RUN_DIR") or None'
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook cleared"
 
 
-def test_review_run_executes(fast_run, monkeypatch):
-    nb = nbformat.read(NOTEBOOKS / "review_run.ipynb", as_version=4)
-    parameter_cell(nb).source = f"RUN_DIR = {str(fast_run)!r}"
-    # the kernel inherits this: inline figures as in Jupyter, whatever backend the environment sets
-    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    NotebookClient(nb, timeout=120, kernel_name="python3",
-                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()  # raises on a cell error
+def test_review_run_executes_for_each_family(family_run, tmp_path, monkeypatch):
+    family, run_dir = family_run
+    _, expected, min_images = FAMILIES[family]
+    if family == "transformer_mt":
+        nb = execute_with_nbconvert(run_dir, tmp_path)
+    else:
+        nb = execute_with_nbclient(run_dir, monkeypatch)
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, errors
     text = outputs_text(nb)
-    assert "sample" in text
-    assert "--- sample 0 ---" in text and "--- sample 1 ---" in text
-    assert str(fast_run) in text
-    assert "skipping the loss curves" not in text  # the CSV logger's metrics were found
-    images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
-    assert len(images) >= 2  # the loss curves and the attention maps
+    assert f"run directory: {run_dir.resolve()}" in text
+    for snippet in expected:
+        assert snippet in text, (snippet, text[-3000:])
+    # the curves: the W&B offline history (the default logger) or the CSV logger's, never "no curves"
+    source = "csv/version_0/metrics.csv" if "logger=csv" in FAMILIES[family][0] else "/run-"
+    assert f"curves from: {run_dir.resolve()}" in text and source in text, text[:3000]
+    assert "no curves to draw" not in text and "final metrics (metrics.json):" in text
+    if family == "tts":
+        assert any("<audio" in o.get("data", {}).get("text/html", "") for c in nb.cells for o in c.get("outputs", []))
+    assert len(images(nb)) >= min_images  # curves + attention maps (+ the family's own figures)
 
 
 def _touch_ckpt(run: Path, mtime: float) -> None:
