@@ -73,7 +73,8 @@ def _refusal(path: Path, error: Exception) -> CheckpointError:
     if isinstance(error, pickle.UnpicklingError) or "WeightsUnpickler" in text:
         return CheckpointError(f"cannot read checkpoint {path}: not a PyTorch checkpoint file")
     first = text.strip().splitlines()[0] if text.strip() else ""
-    return CheckpointError(f"cannot read checkpoint {path}: {type(error).__name__}: {first}")
+    return CheckpointError(f"cannot read checkpoint {path} (truncated, or not a PyTorch checkpoint): "
+                           f"{type(error).__name__}: {first}")
 
 
 def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:

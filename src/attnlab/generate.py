@@ -58,7 +58,8 @@ def checkpoint_option(cfg: DictConfig) -> str:
 
 def check_options(cfg: DictConfig) -> None:
     """Every sampling option, before the checkpoint is read: one line naming the first bad one."""
-    check(cfg, "prompt", lambda v: isinstance(v, str), "a string (quote it: prompt='\"The for statement\"')")
+    check(cfg, "prompt", lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool),
+          "text (quote it: prompt='\"The for statement\"')")
     check(cfg, "num_samples", lambda v: is_int(v) and v >= 1, "an integer >= 1")
     check(cfg, "max_new_tokens", lambda v: is_int(v) and v >= 1, "an integer >= 1")
     check(cfg, "temperature", lambda v: is_number(v) and v >= 0, "a number >= 0 (0 = greedy)")
@@ -76,7 +77,7 @@ def _main(cfg: DictConfig) -> None:
         ckpt = checkpoint_option(cfg)
         check_options(cfg)
         task, tokenizer = load_task(ckpt, cfg.device)
-    texts = sample_texts(task, tokenizer, cfg.prompt, num_samples=cfg.num_samples,
+    texts = sample_texts(task, tokenizer, str(cfg.prompt), num_samples=cfg.num_samples,
                          max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
                          top_p=cfg.top_p, use_cache=cfg.use_cache, seed=cfg.seed)
     out = Path(HydraConfig.get().runtime.output_dir) / "samples.txt"
