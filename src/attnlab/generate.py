@@ -77,15 +77,15 @@ def _main(cfg: DictConfig) -> None:
         ckpt = checkpoint_option(cfg)
         check_options(cfg)
         task, tokenizer = load_task(ckpt, cfg.device)
-    texts = sample_texts(task, tokenizer, str(cfg.prompt), num_samples=cfg.num_samples,
-                         max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
-                         top_p=cfg.top_p, use_cache=cfg.use_cache, seed=cfg.seed)
-    out = Path(HydraConfig.get().runtime.output_dir) / "samples.txt"
-    sep = "\n" + "-" * 80 + "\n"
-    out.write_text(sep.join(texts) + "\n")
-    for i, t in enumerate(texts):
-        print(f"--- sample {i} ---\n{t}")
-    log.info(f"samples written to {out}")
+        texts = sample_texts(task, tokenizer, str(cfg.prompt), num_samples=cfg.num_samples,
+                             max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
+                             top_p=cfg.top_p, use_cache=cfg.use_cache, seed=cfg.seed)
+        out = Path(HydraConfig.get().runtime.output_dir) / "samples.txt"
+        sep = "\n" + "-" * 80 + "\n"
+        out.write_text(sep.join(texts) + "\n")
+        for i, t in enumerate(texts):
+            print(f"--- sample {i} ---\n{t}")
+        log.info(f"samples written to {out}")
 
 
 def main() -> None:

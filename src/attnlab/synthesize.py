@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 from .audio.features import MelExtractor
 from .audio.wav import write_wav
-from .checkpoints import load_task
+from .checkpoints import CheckpointError, load_task
 from .cli_input import InputError, check, is_int, is_number, read_lines
 from .data.characters import CharVocab, normalize_text
 from .errors import one_line_errors
@@ -161,14 +161,18 @@ def check_options(cfg: DictConfig) -> None:
 def _main(cfg: DictConfig) -> None:
     with one_line_errors(log):
         check_options(cfg)
-        task = load_tts(cfg.ckpt, cfg.device)
+        # the text before the model: a bad input fails without waiting for the model to load (seconds, most of it
+        # importing Lightning); a missing checkpoint before waiting on stdin
+        if not Path(cfg.ckpt).expanduser().is_file():
+            raise CheckpointError(f"checkpoint not found: {Path(cfg.ckpt).expanduser().resolve()}")
         texts = read_texts(str(cfg.text), cfg.input_errors)
-    out_dir = Path(cfg.out_dir) if cfg.get("out_dir") else Path(HydraConfig.get().runtime.output_dir)
-    for r in synthesize(task, texts, out_dir, max_frames_per_char=cfg.max_frames_per_char,
-                        griffin_lim_iters=cfg.griffin_lim_iters, seed=cfg.seed, piece_silence=cfg.piece_silence):
-        stop = "" if r["stopped"] else " (stop token never fired: cut at the maximum length)"
-        pieces = f", {r['pieces']} pieces" if r["pieces"] > 1 else ""
-        print(f"{r['text']!r} -> {r['wav']} ({r['frames']} frames{pieces}){stop}")
+        task = load_tts(cfg.ckpt, cfg.device)
+        out_dir = Path(cfg.out_dir) if cfg.get("out_dir") else Path(HydraConfig.get().runtime.output_dir)
+        for r in synthesize(task, texts, out_dir, max_frames_per_char=cfg.max_frames_per_char,
+                            griffin_lim_iters=cfg.griffin_lim_iters, seed=cfg.seed, piece_silence=cfg.piece_silence):
+            stop = "" if r["stopped"] else " (stop token never fired: cut at the maximum length)"
+            pieces = f", {r['pieces']} pieces" if r["pieces"] > 1 else ""
+            print(f"{r['text']!r} -> {r['wav']} ({r['frames']} frames{pieces}){stop}")
 
 
 def main() -> None:

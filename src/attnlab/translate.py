@@ -140,19 +140,23 @@ def _numbers(lines: list[int], shown: int = 20) -> str:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="translate")
 def _main(cfg: DictConfig) -> None:
     with one_line_errors(log):
-        check_options(cfg)
-        # the input before the model: a bad input is reported without waiting for the model to load (seconds,
-        # most of it importing Lightning); a missing checkpoint before waiting on stdin
-        if not Path(cfg.ckpt).expanduser().is_file():
-            raise CheckpointError(f"checkpoint not found: {Path(cfg.ckpt).expanduser().resolve()}")
-        lines, name = read_lines(cfg.input or None, cfg.input_errors)
-        lines = [line.strip() for line in lines]
-        if not any(lines):
-            raise InputError(f"no input sentences in {name} (give input=<file> or pipe text into stdin)")
-        task, _ = load_task(cfg.ckpt, "attnlab.tasks.translation.TranslationTask", "translation", cfg.device)
-        result = translate_all(task, lines, beam_size=cfg.beam_size, n_best=cfg.n_best,
-                               length_penalty=cfg.length_penalty, max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b,
-                               batch_size=cfg.batch_size, on_too_long=cfg.on_too_long)
+        _translate(cfg)
+
+
+def _translate(cfg: DictConfig) -> None:
+    check_options(cfg)
+    # the input before the model: a bad input is reported without waiting for the model to load (seconds, most of
+    # it importing Lightning); a missing checkpoint before waiting on stdin
+    if not Path(cfg.ckpt).expanduser().is_file():
+        raise CheckpointError(f"checkpoint not found: {Path(cfg.ckpt).expanduser().resolve()}")
+    lines, name = read_lines(cfg.input or None, cfg.input_errors)
+    lines = [line.strip() for line in lines]
+    if not any(lines):
+        raise InputError(f"no input sentences in {name} (give input=<file> or pipe text into stdin)")
+    task, _ = load_task(cfg.ckpt, "attnlab.tasks.translation.TranslationTask", "translation", cfg.device)
+    result = translate_all(task, lines, beam_size=cfg.beam_size, n_best=cfg.n_best,
+                           length_penalty=cfg.length_penalty, max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b,
+                           batch_size=cfg.batch_size, on_too_long=cfg.on_too_long)
     text = format_translations(result, cfg.n_best)
     if cfg.output:
         Path(cfg.output).write_text(text, encoding="utf-8")
