@@ -15,7 +15,8 @@ LINES = ["twenty-one", "three hundred", LONG, "seven"]
 
 
 def translate(tmp_path, cache_dir, *args: str, stdin: str | bytes | None = None):
-    return cli("translate.py", f"ckpt={LEGACY_MT}", "beam_size=1", f"hydra.run.dir={tmp_path / 'run'}", *args,
+    beam = [] if any(a.startswith("beam_size=") for a in args) else ["beam_size=1"]  # greedy unless asked
+    return cli("translate.py", f"ckpt={LEGACY_MT}", *beam, f"hydra.run.dir={tmp_path / 'run'}", *args,
                stdin=stdin, cache_dir=cache_dir)
 
 
@@ -38,6 +39,10 @@ def test_a_too_long_line_is_skipped_and_the_others_translated(tmp_path, cache_di
     assert out[2] == "" and all(out[i] for i in (0, 1, 3)), out
     (note,) = [x for x in proc.stderr.splitlines() if "skipped" in x]
     assert "line(s) 3;" in note and str(src) in note and "32 tokens" in note, note
+    # n_best > 1: lines carry their input index; a skipped input has none
+    nbest = translate(tmp_path, cache_dir, f"input={src}", "beam_size=2", "n_best=2")
+    assert nbest.returncode == 3, nbest.stderr[-3000:]
+    assert [line.split("\t")[0] for line in nbest.stdout.splitlines()] == ["0", "0", "1", "1", "3", "3"]
 
 
 def test_on_too_long_truncate_and_error(tmp_path, cache_dir):
