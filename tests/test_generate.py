@@ -4,6 +4,7 @@ from its checkpoint in-process (load_task + sample_texts) and through `python ge
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,10 +13,13 @@ import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from test_safe_checkpoints import compose_cli
 
+from attnlab.checkpoints import read_checkpoint
+from attnlab.cli_input import OptionError
 from attnlab.data.lm_datamodule import LMDataModule
 from attnlab.data.tokenizer import BPETokenizer
-from attnlab.generate import load_task, sample_texts
+from attnlab.generate import check_options, checkpoint_option, load_task, sample_texts
 from attnlab.tasks.causal_lm import CausalLMTask
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +85,7 @@ def test_load_task_and_sample_texts(trained_ckpt):
 
 def test_generate_cli_writes_samples(trained_ckpt, cache_dir, tmp_path):
     run_dir = tmp_path / "gen"
-    proc = run_generate(f"ckpt_path={trained_ckpt}", f"prompt={PROMPT!r}", "max_new_tokens=10", "num_samples=2",
+    proc = run_generate(f"ckpt={trained_ckpt}", f"prompt={PROMPT!r}", "max_new_tokens=10", "num_samples=2",
                         f"hydra.run.dir={run_dir}", cache_dir=cache_dir)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
@@ -92,6 +96,7 @@ def test_generate_cli_writes_samples(trained_ckpt, cache_dir, tmp_path):
     text = samples.read_text()
     assert text.startswith(PROMPT)
     assert text.count("-" * 80) == 1  # two samples, one separator
+    assert "ckpt_path=" not in out  # no note about the old option name
 
 
 def _one_line_error(proc: subprocess.CompletedProcess, message: str) -> None:
@@ -104,13 +109,48 @@ def _one_line_error(proc: subprocess.CompletedProcess, message: str) -> None:
 
 def test_generate_cli_missing_checkpoint(cache_dir, tmp_path):
     missing = tmp_path / "nope" / "last.ckpt"
-    proc = run_generate(f"ckpt_path={missing}", cache_dir=cache_dir)
+    proc = run_generate(f"ckpt={missing}", cache_dir=cache_dir)
     _one_line_error(proc, "checkpoint not found")
     assert str(missing) in proc.stdout + proc.stderr
 
 
 def test_generate_cli_not_a_language_model_checkpoint(cache_dir, tmp_path):
+    """Also the old option name ckpt_path=: still accepted, with a one-line note to use ckpt=."""
     bogus = tmp_path / "bogus.ckpt"
     torch.save({"a": 1}, bogus)
     proc = run_generate(f"ckpt_path={bogus}", f"hydra.run.dir={tmp_path / 'gen'}", cache_dir=cache_dir)
     _one_line_error(proc, "not a language-model checkpoint")
+    out = proc.stdout + proc.stderr  # generate logs to stdout too
+    notes = [line for line in out.splitlines() if "ckpt_path=" in line]
+    assert len(notes) == 1 and "use ckpt=" in notes[0], out[-3000:]
+
+
+def test_generate_cli_refuses_bad_options_in_one_line(trained_ckpt, cache_dir, tmp_path):
+    """top_p=0 used to mean "no filter" silently, num_samples=0 an IndexError: now each bad value is one line
+    naming key, value and what is allowed (once through the CLI; every rule on the composed config)."""
+    proc = run_generate(f"ckpt={trained_ckpt}", "top_p=0", f"hydra.run.dir={tmp_path / 'gen'}", cache_dir=cache_dir)
+    _one_line_error(proc, "top_p=0 is not allowed: a number in (0, 1], or 1 / null for no nucleus filter")
+    assert not (tmp_path / "gen" / "samples.txt").exists()
+    for bad, words in [("top_p=1.5", "top_p=1.5"), ("num_samples=0", "num_samples=0 is not allowed: an integer >= 1"),
+                       ("max_new_tokens=0", "max_new_tokens=0"), ("temperature=-1", "temperature=-1"),
+                       ("top_k=-1", "top_k=-1 is not allowed: an integer >= 1, or 0 / null"),
+                       ("num_samples=two", "num_samples='two'")]:
+        with pytest.raises(OptionError, match=re.escape(words)):
+            check_options(compose_cli("generate", ["ckpt=x.ckpt", bad]))
+    for fine in ("top_p=1", "top_p=null", "top_k=0", "top_k=null", "temperature=0"):
+        check_options(compose_cli("generate", ["ckpt=x.ckpt", fine]))
+    with pytest.raises(OptionError, match="name different checkpoints"):
+        checkpoint_option(compose_cli("generate", ["ckpt=a.ckpt", "ckpt_path=b.ckpt"]))
+    with pytest.raises(OptionError, match=re.escape("ckpt=null is not allowed")):
+        checkpoint_option(compose_cli("generate", []))
+
+
+def test_top_p_one_and_top_k_zero_mean_no_filter(trained_ckpt):
+    task, tokenizer = load_task(trained_ckpt)
+    kw = dict(num_samples=2, max_new_tokens=8, temperature=1.0)
+    plain = sample_texts(task, tokenizer, PROMPT, top_k=None, top_p=None, **kw)
+    assert sample_texts(task, tokenizer, PROMPT, top_k=0, top_p=1.0, **kw) == plain
+
+
+def test_trained_checkpoint_holds_plain_types_only(trained_ckpt):
+    assert read_checkpoint(trained_ckpt)["task_class"].endswith("CausalLMTask")  # weights_only=True

@@ -45,11 +45,11 @@ def test_fast_run_trains_checkpoints_maps_and_measures(tmp_path, cache_dir):
 def test_resume_continues_step_count(tmp_path, cache_dir):
     common = FAST + ["callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false", "test=false"]
     run(compose_train(common, tmp_path / "a", cache_dir))
-    first = torch.load(tmp_path / "a" / "checkpoints" / "last.ckpt", weights_only=False)
+    first = torch.load(tmp_path / "a" / "checkpoints" / "last.ckpt", weights_only=True)
     assert first["global_step"] == 8 and first["epoch"] == 0
     resumed = common + [f"ckpt_path={tmp_path / 'a' / 'checkpoints' / 'last.ckpt'}", "trainer.max_epochs=2"]
     run(compose_train(resumed, tmp_path / "b", cache_dir))
-    second = torch.load(tmp_path / "b" / "checkpoints" / "last.ckpt", weights_only=False)
+    second = torch.load(tmp_path / "b" / "checkpoints" / "last.ckpt", weights_only=True)
     assert second["global_step"] == 16 and second["epoch"] == 1
     assert "tokenizer" in second and second["task_class"].endswith("CausalLMTask")
 

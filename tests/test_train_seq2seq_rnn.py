@@ -56,7 +56,7 @@ def test_shortcuts_scheduled_sampling_checkpoint_and_translate(tmp_path, cache_d
     assert isinstance(net, Seq2SeqRNN) and (net.cell, net.attention, net.copy) == ("lstm", "luong_general", True)
     metrics = run(cfg)
     assert metrics["train/sampling_ratio"] == pytest.approx(0.4)  # linear: ratio 0.4·step at the second step
-    loaded = TranslationTask.load_from_checkpoint(tmp_path / "checkpoints" / "last.ckpt").eval()
+    loaded = TranslationTask.load_from_checkpoint(tmp_path / "checkpoints" / "last.ckpt", weights_only=True).eval()
     assert (loaded.net.cell, loaded.net.attention, loaded.net.copy) == ("lstm", "luong_general", True)
     # the translate entry point's function decodes with the RNN's stepper (beam 3, 2-best)
     out = translate_lines(loaded, ["twenty-one", "three hundred and five"], beam_size=3, n_best=2)

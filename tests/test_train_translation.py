@@ -82,7 +82,7 @@ def _one_line_error(proc: subprocess.CompletedProcess, message: str) -> None:
 
 def test_wrong_family_and_missing_checkpoints_get_one_line(trained, cache_dir, tmp_path):
     ckpt = trained[0] / "checkpoints" / "last.ckpt"
-    gen = cli("generate.py", f"ckpt_path={ckpt}", f"hydra.run.dir={tmp_path}", cache_dir=cache_dir)
+    gen = cli("generate.py", f"ckpt={ckpt}", f"hydra.run.dir={tmp_path}", cache_dir=cache_dir)
     _one_line_error(gen, "is a translation model checkpoint, not a language-model checkpoint; use translate.py")
     # no hydra.run.dir: the default run dir (which needs the resume_dir resolver) must resolve too
     missing = cli("translate.py", f"ckpt={tmp_path / 'none.ckpt'}", stdin="one\n", cache_dir=cache_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +106,9 @@ def _one_line_error(proc: subprocess.CompletedProcess, message: str) -> str:
 
 
 def test_synthesize_refuses_missing_and_other_family_checkpoints(cache_dir, tmp_path):
+    """The shared loader (checkpoints.load_task, weights_only=True): one line naming the file and, for another
+    model family, the entry point that serves it."""
+    from attnlab.checkpoints import CheckpointError
     from attnlab.synthesize import load_tts
 
     missing = tmp_path / "nope.ckpt"
@@ -113,17 +117,74 @@ def test_synthesize_refuses_missing_and_other_family_checkpoints(cache_dir, tmp_
                                          cache_dir=cache_dir), "checkpoint not found")
     assert str(missing) in out
     assert list((tmp_path / "logs" / "synthesize" / "runs").iterdir())
+    lm = ROOT / "tests" / "fixtures" / "legacy_causal_lm.ckpt"  # a language model: generate.py serves it
+    _one_line_error(run_synthesize(f"ckpt={lm}", "text=one", f"hydra.run.dir={tmp_path / 'lm'}", cache_dir=cache_dir),
+                    "is a language model checkpoint, not a text-to-speech checkpoint; use generate.py")
     vit = tmp_path / "vit.ckpt"  # what train.py model=vit writes: a task_class naming the ViT task
     torch.save({"task_class": "attnlab.tasks.vit.ImageClassificationTask", "state_dict": {}}, vit)
-    with pytest.raises(ValueError, match=r"is not a text-to-speech checkpoint \(a ImageClassificationTask"):
+    with pytest.raises(CheckpointError, match=r"is an image classifier checkpoint, not a text-to-speech checkpoint"):
         load_tts(vit)
     bare = tmp_path / "bare.ckpt"
     torch.save({"a": 1}, bare)
-    with pytest.raises(ValueError, match=r"not written by attnlab's train.py"):
+    with pytest.raises(CheckpointError, match=r"not a text-to-speech checkpoint written by attnlab's train.py"):
         load_tts(bare)
     (tmp_path / "text.ckpt").write_text("not a checkpoint")
-    with pytest.raises(ValueError, match=r"is not a PyTorch checkpoint"):
+    with pytest.raises(CheckpointError, match=r"not a PyTorch checkpoint file"):
         load_tts(tmp_path / "text.ckpt")
+
+
+def test_trained_checkpoint_holds_plain_types_only(tts_run):
+    from attnlab.checkpoints import read_checkpoint
+
+    assert read_checkpoint(tts_run[0] / "checkpoints" / "last.ckpt")["task_class"] == "attnlab.tasks.tts.TTSTask"
+
+
+def test_split_text_keeps_pieces_within_the_model_and_cuts_at_sentences_first():
+    from attnlab.synthesize import split_text
+
+    text = "one two three, four five six seven; eight nine. ten eleven twelve thirteen! " + "x" * 30
+    assert split_text(text, 200) == [text]  # short enough: unchanged
+    assert split_text(text, 50) == ["one two three, four five six seven; eight nine.", "ten eleven twelve thirteen!",
+                                    "x" * 30]
+    for limit in (20, 12, 8):
+        pieces = split_text(text, limit)
+        assert all(0 < len(p) <= limit for p in pieces), pieces
+        assert "".join(pieces).replace(" ", "") == text.replace(" ", "")  # nothing lost, nothing added
+
+
+def test_synthesize_cli_speaks_a_text_longer_than_the_model_reads_in_pieces(tts_run, cache_dir, tmp_path):
+    """Longer than the 256 character positions (a traceback before): two sentences, one WAV of both pieces with
+    piece_silence between them."""
+    sentence = ("one hundred and twenty three thousand four hundred and fifty six, seven hundred and eighty nine "
+                "thousand and twelve, three hundred and forty five")
+    text = f"{sentence}. {sentence}."
+    assert len(text) > 256
+    proc = run_synthesize(f"ckpt={tts_run[0] / 'checkpoints' / 'last.ckpt'}", f"text='{text}'", "griffin_lim_iters=2",
+                          "max_frames_per_char=1", "piece_silence=0.5", f"hydra.run.dir={tmp_path}",
+                          cache_dir=cache_dir)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    (line,) = [x for x in proc.stdout.splitlines() if "->" in x]
+    frames = int(re.search(r"\((\d+) frames, 2 pieces\)", line).group(1))
+    audio, rate = sf.read(str(tmp_path / "utt_00.wav"))
+    # each piece's Griffin-Lim gives (frames - 1) hops of samples; the silence sits between the two
+    assert len(audio) == (frames - 2) * 256 + round(0.5 * rate)
+    assert (tmp_path / "utt_00_mel.png").stat().st_size > 0 and (tmp_path / "utt_00_alignment.png").stat().st_size > 0
+    assert not (tmp_path / "utt_01.wav").exists()
+
+
+def test_synthesize_cli_refuses_bad_options_in_one_line(cache_dir, tmp_path):
+    from attnlab.cli_input import OptionError
+    from attnlab.synthesize import check_options
+    from test_safe_checkpoints import compose_cli
+
+    _one_line_error(run_synthesize("ckpt=x.ckpt", "text=one", "griffin_lim_iters=0", f"hydra.run.dir={tmp_path}",
+                                   cache_dir=cache_dir), "griffin_lim_iters=0 is not allowed: an integer >= 1")
+    for bad, words in [("max_frames_per_char=0", "max_frames_per_char=0"), ("piece_silence=-1", "piece_silence=-1"),
+                       ("text=' '", "text=' ' is not allowed"), ("input_errors=x", "input_errors='x'")]:
+        with pytest.raises(OptionError, match=re.escape(words)):
+            check_options(compose_cli("synthesize", ["ckpt=x.ckpt", "text=one", bad]))
+    with pytest.raises(OptionError, match=re.escape("text= is required")):
+        check_options(compose_cli("synthesize", ["ckpt=x.ckpt"]))
 
 
 def test_guided_attention_off_trains_without_the_term(tmp_path, one_thread):

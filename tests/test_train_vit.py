@@ -58,7 +58,7 @@ def test_vit_block_groups_class_token_and_checkpoint(tmp_path, cache_dir):
                          "model.net.pool=cls", "test=false", *QUIET], tmp_path, cache_dir)
     metrics = run(cfg)
     assert torch.isfinite(torch.tensor(metrics["val/loss"]))
-    task = ImageClassificationTask.load_from_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
+    task = ImageClassificationTask.load_from_checkpoint(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     net = task.net
     assert net.pool == "cls" and net.pos_spec.kind == "sinusoidal" and net.num_tokens == 17
     assert all(isinstance(b.sa_norm, torch.nn.RMSNorm) and b.ffn.gate_proj is not None for b in net.blocks)

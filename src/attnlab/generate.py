@@ -1,13 +1,13 @@
-"""Sample text from a trained causal LM checkpoint: ``python generate.py ckpt_path=... prompt="..."``.
+"""Sample text from a trained causal LM checkpoint: ``python generate.py ckpt=... prompt="..."``.
 
 The checkpoint carries everything needed: the task class, its model config (hyper-parameters) and the tokenizer.
-Samples are printed and written to ``samples.txt`` in this command's run directory.
+Samples are printed and written to ``samples.txt`` in this command's run directory. Every option is checked before
+the checkpoint is read; a bad one is one line naming it (exit 2). ``ckpt_path=`` is the old name of ``ckpt=``.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 
 import hydra
@@ -15,51 +15,77 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from .checkpoints import CheckpointError
-from .checkpoints import load_task as load_checkpoint
-from .data.tokenizer import BPETokenizer
-from .paths import CONF_DIR
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
+from .checkpoints import load_task as load_checkpoint
+from .cli_input import OptionError, check, is_int, is_number
+from .data.tokenizer import BPETokenizer
+from .errors import one_line_errors
+from .paths import CONF_DIR
 
 log = logging.getLogger(__name__)
 
 
 def load_task(ckpt_path: str | Path, device: str = "cpu"):
     """(task, tokenizer) from a language-model checkpoint written by train.py; one-line errors for a wrong file."""
-    from .tasks.causal_lm import CausalLMTask
-
-    task, ckpt = load_checkpoint(ckpt_path, CausalLMTask, "language-model", device)
+    task, ckpt = load_checkpoint(ckpt_path, "attnlab.tasks.causal_lm.CausalLMTask", "language-model", device)
     return task, BPETokenizer.from_str(ckpt["tokenizer"])
 
 
 def sample_texts(task, tokenizer: BPETokenizer, prompt: str, *, num_samples: int, max_new_tokens: int,
                  temperature: float, top_k: int | None, top_p: float | None, use_cache: bool = True,
                  seed: int = 0) -> list[str]:
+    """``top_k`` None or 0 and ``top_p`` None or 1: no such filter."""
     ids = tokenizer.encode(prompt) or [tokenizer.eos_id]
     prefix = torch.tensor([ids] * num_samples, device=task.device)
     gen = torch.Generator(device=task.device).manual_seed(seed)
     out = task.sample(prefix, max_new_tokens, use_cache=use_cache, temperature=temperature,
-                      top_k=top_k or None, top_p=top_p or None, generator=gen,
+                      top_k=top_k or None, top_p=None if top_p is None or top_p >= 1 else top_p, generator=gen,
                       vocab_size=tokenizer.vocab_size)
     return [tokenizer.decode(row.tolist()) for row in out]
 
 
+def checkpoint_option(cfg: DictConfig) -> str:
+    """``ckpt=``, or the old ``ckpt_path=`` with a note to use ``ckpt=`` (the name translate and synthesize take)."""
+    ckpt, old = cfg.get("ckpt"), cfg.get("ckpt_path")
+    if old is not None:
+        if ckpt is not None and str(ckpt) != str(old):
+            raise OptionError(f"ckpt={ckpt} and ckpt_path={old} name different checkpoints: give ckpt= only")
+        log.warning("ckpt_path= is the old name of this option: use ckpt= (as translate.py and synthesize.py do)")
+        ckpt = old
+    return str(check({"ckpt": ckpt}, "ckpt", lambda v: isinstance(v, str) and v,
+                     "the path of a language-model checkpoint (ckpt=<run>/checkpoints/last.ckpt)"))
+
+
+def check_options(cfg: DictConfig) -> None:
+    """Every sampling option, before the checkpoint is read: one line naming the first bad one."""
+    check(cfg, "prompt", lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool),
+          "text (quote it: prompt='\"The for statement\"')")
+    check(cfg, "num_samples", lambda v: is_int(v) and v >= 1, "an integer >= 1")
+    check(cfg, "max_new_tokens", lambda v: is_int(v) and v >= 1, "an integer >= 1")
+    check(cfg, "temperature", lambda v: is_number(v) and v >= 0, "a number >= 0 (0 = greedy)")
+    check(cfg, "top_k", lambda v: v is None or (is_int(v) and v >= 0),
+          "an integer >= 1, or 0 / null for no top-k filter")
+    check(cfg, "top_p", lambda v: v is None or (is_number(v) and 0 < v <= 1),
+          "a number in (0, 1], or 1 / null for no nucleus filter")
+    check(cfg, "use_cache", lambda v: isinstance(v, bool), "true or false")
+    check(cfg, "seed", is_int, "an integer")
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="generate")
 def _main(cfg: DictConfig) -> None:
-    try:
-        task, tokenizer = load_task(cfg.ckpt_path, cfg.device)
-    except CheckpointError as e:
-        log.error(str(e))
-        sys.exit(2)
-    texts = sample_texts(task, tokenizer, cfg.prompt, num_samples=cfg.num_samples,
-                         max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
-                         top_p=cfg.top_p, use_cache=cfg.use_cache, seed=cfg.seed)
-    out = Path(HydraConfig.get().runtime.output_dir) / "samples.txt"
-    sep = "\n" + "-" * 80 + "\n"
-    out.write_text(sep.join(texts) + "\n")
-    for i, t in enumerate(texts):
-        print(f"--- sample {i} ---\n{t}")
-    log.info(f"samples written to {out}")
+    with one_line_errors(log):
+        ckpt = checkpoint_option(cfg)
+        check_options(cfg)
+        task, tokenizer = load_task(ckpt, cfg.device)
+        texts = sample_texts(task, tokenizer, str(cfg.prompt), num_samples=cfg.num_samples,
+                             max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
+                             top_p=cfg.top_p, use_cache=cfg.use_cache, seed=cfg.seed)
+        out = Path(HydraConfig.get().runtime.output_dir) / "samples.txt"
+        sep = "\n" + "-" * 80 + "\n"
+        out.write_text(sep.join(texts) + "\n")
+        for i, t in enumerate(texts):
+            print(f"--- sample {i} ---\n{t}")
+        log.info(f"samples written to {out}")
 
 
 def main() -> None:

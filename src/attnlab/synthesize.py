@@ -7,14 +7,18 @@ per non-empty line). For each utterance it decodes autoregressively with the KV 
 this command's run directory (or ``out_dir``):
 
     utt_NN.wav             16-bit mono at the model's sample rate
-    utt_NN_mel.png         the generated mel spectrogram
+    utt_NN_mel.png         the generated mel spectrogram (one panel per piece, see below)
     utt_NN_alignment.png   the cross-attention (characters across, decoder steps up)
+
+An utterance longer than the model's character positions (``max_text_len``, 256 by default) is spoken in pieces, the
+way TTS toolkits read long text: split into sentences (at . ! ?), a sentence still too long at ; , : and then
+between words, each piece synthesized on its own and the waveforms joined with ``piece_silence`` seconds of silence.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
+import re
 from pathlib import Path
 
 import hydra
@@ -25,87 +29,150 @@ from omegaconf import DictConfig
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 from .audio.features import MelExtractor
 from .audio.wav import write_wav
+from .checkpoints import CheckpointError, load_task
+from .cli_input import InputError, check, is_int, is_number, read_lines
 from .data.characters import CharVocab, normalize_text
+from .errors import one_line_errors
 from .paths import CONF_DIR
 
 log = logging.getLogger(__name__)
 
-TTS_TASK = "attnlab.tasks.tts.TTSTask"
-
 
 def load_tts(ckpt_path: str | Path, device: str = "cpu"):
-    """The TTSTask of a checkpoint written by train.py model=tts; one-line errors for a wrong file."""
-    path = Path(ckpt_path).expanduser()
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path.absolute()}")
-    try:
-        ckpt = torch.load(path, map_location=device, weights_only=False)
-    except Exception as e:
-        raise ValueError(f"{path} is not a PyTorch checkpoint ({type(e).__name__})") from None
-    task_class = ckpt.get("task_class") if isinstance(ckpt, dict) else None
-    if task_class != TTS_TASK:
-        family = f"a {task_class.rsplit('.', 1)[-1]} checkpoint" if task_class else "not written by attnlab's train.py"
-        raise ValueError(f"{path} is not a text-to-speech checkpoint ({family}); train one with "
-                         f"`python train.py model=tts`")
-    task_cls = hydra.utils.get_class(task_class)
-    task = task_cls.load_from_checkpoint(path, map_location=device, weights_only=False)
-    return task.eval()
+    """The TTSTask of a checkpoint written by train.py model=tts; one-line errors for a missing, unsafe or
+    other-family file (the loader every entry point uses)."""
+    task, _ = load_task(ckpt_path, "attnlab.tasks.tts.TTSTask", "text-to-speech", device)
+    return task
 
 
-def read_texts(text: str) -> list[str]:
-    lines = sys.stdin.read().splitlines() if text == "-" else [text]
+def read_texts(text: str, input_errors: str = "strict") -> list[str]:
+    lines = read_lines(None, input_errors)[0] if text == "-" else [text]
     texts = [normalize_text(t) for t in lines if t.strip()]
     if not texts:
-        raise ValueError("no text to speak (give text=\"...\" or text=- with lines on stdin)")
+        raise InputError("no text to speak (give text=\"...\" or text=- with lines on stdin)")
     return texts
+
+
+def _fit(text: str, limit: int, separators: list[str]) -> list[str]:
+    """``text`` cut at the first separator pattern into pieces of at most ``limit`` characters, packing neighbours
+    back together while they fit; a part still too long is cut at the next pattern (the last resort: every
+    ``limit`` characters, for a "word" longer than the model reads)."""
+    if len(text) <= limit:
+        return [text]
+    if not separators:
+        return [text[i : i + limit] for i in range(0, len(text), limit)]
+    pieces: list[str] = []
+    current = ""
+    for part in re.split(separators[0], text):
+        for piece in _fit(part.strip(), limit, separators[1:]):
+            if current and len(current) + 1 + len(piece) <= limit:
+                current = f"{current} {piece}"
+            else:
+                if current:
+                    pieces.append(current)
+                current = piece
+    if current:
+        pieces.append(current)
+    return [p for p in pieces if p]
+
+
+def split_text(text: str, limit: int) -> list[str]:
+    """A text the model can read in one go as itself; a longer one as sentences, then clauses, then word runs, each
+    at most ``limit`` characters."""
+    if len(text) <= limit:
+        return [text]
+    pieces = []
+    for sentence in re.split(r"(?<=[.!?])\s+", text):
+        pieces += _fit(sentence.strip(), limit, [r"(?<=[;,:])\s+", r"\s+"])
+    return [p for p in pieces if p]
+
+
+def block_alignment(alignments: list[torch.Tensor]) -> torch.Tensor:
+    """Each piece's (steps, chars) attention on the diagonal of one matrix, a blank column between pieces (the
+    space that joined them): what the whole utterance's alignment looks like."""
+    steps = sum(a.shape[0] for a in alignments)
+    chars = sum(a.shape[1] for a in alignments) + len(alignments) - 1
+    out = torch.zeros(steps, chars)
+    s = c = 0
+    for a in alignments:
+        out[s : s + a.shape[0], c : c + a.shape[1]] = a
+        s, c = s + a.shape[0], c + a.shape[1] + 1
+    return out
 
 
 @torch.no_grad()
 def synthesize(task, texts: list[str], out_dir: Path, *, max_frames_per_char: float = 12.0,
-               griffin_lim_iters: int = 60, seed: int = 0) -> list[dict]:
-    """Write one WAV (+ mel and alignment PNGs) per text; returns per utterance its paths, frames and whether the
-    stop token fired."""
+               griffin_lim_iters: int = 60, seed: int = 0, piece_silence: float = 0.25) -> list[dict]:
+    """Write one WAV (+ mel and alignment PNGs) per text; returns per utterance its paths, frames, pieces and whether
+    the stop token fired (in every piece)."""
     from .decoding.tts import generate_mel
     from .utils.plotting import save_figure
     from .utils.tts_plots import alignment_figure, mel_figure
 
     vocab = CharVocab()
     extract = MelExtractor(task.mel_cfg)
+    rate, hop = task.mel_cfg.sample_rate, task.mel_cfg.hop_length
+    limit = int(getattr(task.net, "max_text_len", 0)) or 10**9
     torch.manual_seed(seed)  # the prenet's inference dropout
     results = []
     for i, text in enumerate(texts):
-        ids = torch.tensor([vocab.encode(text)], device=task.device)
-        gen = generate_mel(task.net, ids, torch.tensor([ids.shape[1]], device=task.device),
-                           max_frames_per_char=max_frames_per_char)
-        n = int(gen.lengths[0])
-        mel = gen.mel[0, :n].cpu()
+        pieces = split_text(text, limit)
+        waves, mels, aligns, stopped = [], [], [], []
+        for piece in pieces:
+            ids = torch.tensor([vocab.encode(piece)], device=task.device)
+            gen = generate_mel(task.net, ids, torch.tensor([ids.shape[1]], device=task.device),
+                               max_frames_per_char=max_frames_per_char)
+            n = int(gen.lengths[0])
+            mels.append(gen.mel[0, :n].cpu())
+            stopped.append(bool(gen.stopped[0]))
+            if waves:
+                waves.append(torch.zeros(round(piece_silence * rate)))
+            waves.append(extract.griffin_lim(mels[-1], n_iter=griffin_lim_iters, seed=seed))
+            aligns.append(torch.cat([a[0] for a in gen.attention], dim=0).mean(0)[: int(gen.steps[0])].cpu())
         stem = f"utt_{i:02d}"
-        wav = write_wav(out_dir / f"{stem}.wav", extract.griffin_lim(mel, n_iter=griffin_lim_iters, seed=seed),
-                        task.mel_cfg.sample_rate)
-        fig = mel_figure([mel], [f"{n} frames ({n * task.mel_cfg.hop_length / task.mel_cfg.sample_rate:.2f} s)"
-                                 f"{'' if bool(gen.stopped[0]) else ', stop token never fired'}"], title=repr(text))
+        wav = write_wav(out_dir / f"{stem}.wav", torch.cat(waves), rate)
+        frames = sum(m.shape[0] for m in mels)
+        titles = [f"{m.shape[0]} frames ({m.shape[0] * hop / rate:.2f} s){'' if s else ', stop token never fired'}"
+                  for m, s in zip(mels, stopped)]
+        fig = mel_figure(mels, titles, title=repr(text) if len(pieces) == 1 else f"{len(pieces)} pieces of {text!r}")
         mel_png = save_figure(fig, out_dir / f"{stem}_mel.png")
-        align = torch.cat([a[0] for a in gen.attention], dim=0).mean(0)[: int(gen.steps[0])]  # all layers, heads
-        fig = alignment_figure(align, vocab.decode(ids[0]), title="cross-attention, all decoder layers and heads")
+        align = aligns[0] if len(aligns) == 1 else block_alignment(aligns)
+        fig = alignment_figure(align, " ".join(pieces), title="cross-attention, all decoder layers and heads")
         align_png = save_figure(fig, out_dir / f"{stem}_alignment.png")
-        results.append({"text": text, "wav": wav, "mel_png": mel_png, "alignment_png": align_png, "frames": n,
-                        "stopped": bool(gen.stopped[0])})
+        results.append({"text": text, "wav": wav, "mel_png": mel_png, "alignment_png": align_png, "frames": frames,
+                        "pieces": len(pieces), "stopped": all(stopped)})
     return results
+
+
+def check_options(cfg: DictConfig) -> None:
+    """Every option's value, before the checkpoint is read: one line naming the first bad one."""
+    check(cfg, "ckpt", lambda v: isinstance(v, str) and v,
+          "the path of a checkpoint (ckpt=<run>/checkpoints/last.ckpt)")
+    check(cfg, "text", lambda v: isinstance(v, (str, int, float)) and str(v).strip(),
+          "the text to speak (text=\"twenty one\"), or - to read one utterance per line from stdin")
+    check(cfg, "max_frames_per_char", lambda v: is_number(v) and v > 0, "a number > 0")
+    check(cfg, "griffin_lim_iters", lambda v: is_int(v) and v >= 1, "an integer >= 1")
+    check(cfg, "piece_silence", lambda v: is_number(v) and 0 <= v <= 10, "seconds from 0 to 10")
+    check(cfg, "seed", is_int, "an integer")
+    check(cfg, "input_errors", lambda v: v in ("strict", "replace"), "strict or replace")
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="synthesize")
 def _main(cfg: DictConfig) -> None:
-    try:
+    with one_line_errors(log):
+        check_options(cfg)
+        # the text before the model: a bad input fails without waiting for the model to load (seconds, most of it
+        # importing Lightning); a missing checkpoint before waiting on stdin
+        if not Path(cfg.ckpt).expanduser().is_file():
+            raise CheckpointError(f"checkpoint not found: {Path(cfg.ckpt).expanduser().resolve()}")
+        texts = read_texts(str(cfg.text), cfg.input_errors)
         task = load_tts(cfg.ckpt, cfg.device)
-        texts = read_texts(str(cfg.text))
-    except (FileNotFoundError, ValueError) as e:
-        log.error(str(e))
-        sys.exit(2)
-    out_dir = Path(cfg.out_dir) if cfg.get("out_dir") else Path(HydraConfig.get().runtime.output_dir)
-    for r in synthesize(task, texts, out_dir, max_frames_per_char=cfg.max_frames_per_char,
-                        griffin_lim_iters=cfg.griffin_lim_iters, seed=cfg.seed):
-        stop = "" if r["stopped"] else " (stop token never fired: cut at the maximum length)"
-        print(f"{r['text']!r} -> {r['wav']} ({r['frames']} frames){stop}")
+        out_dir = Path(cfg.out_dir) if cfg.get("out_dir") else Path(HydraConfig.get().runtime.output_dir)
+        for r in synthesize(task, texts, out_dir, max_frames_per_char=cfg.max_frames_per_char,
+                            griffin_lim_iters=cfg.griffin_lim_iters, seed=cfg.seed, piece_silence=cfg.piece_silence):
+            stop = "" if r["stopped"] else " (stop token never fired: cut at the maximum length)"
+            pieces = f", {r['pieces']} pieces" if r["pieces"] > 1 else ""
+            print(f"{r['text']!r} -> {r['wav']} ({r['frames']} frames{pieces}){stop}")
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from . import ddp, resume
+from .checkpoints import verified  # ckpt_path/resume: weights_only=True, an unsafe file is one line
 from .errors import find_user_error, one_line_message
 from .callbacks.nonfinite import NonFiniteLossError
 from .callbacks.preemption import preemption_signal
@@ -89,7 +90,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
 
 def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, model, datamodule, metrics: dict) -> None:
     if cfg.get("train"):
-        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        trainer.fit(model, datamodule=datamodule, ckpt_path=verified(cfg.get("ckpt_path")), weights_only=True)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
         if signame := preemption_signal(trainer):
             # The machine is going away: no test, and a sweep stops here too (resume=auto continues this job).
@@ -99,7 +100,7 @@ def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, model, datamodule, metric
         # After training: the best checkpoint (the last weights if none was kept). Test only: ckpt_path.
         best = getattr(trainer.checkpoint_callback, "best_model_path", "") if cfg.get("train") else ""
         ckpt = best or (None if cfg.get("train") else cfg.get("ckpt_path"))
-        trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=False)
+        trainer.test(model, datamodule=datamodule, ckpt_path=verified(ckpt), weights_only=True)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
 
 

@@ -4,23 +4,49 @@ Reads one sentence per line from ``input`` (a file) or stdin, writes one transla
 stdout (logging goes to stderr and the run directory, so stdout holds translations only). With ``n_best`` > 1 each
 input gets ``n_best`` lines ``<input index>\\t<rank>\\t<score>\\t<translation>``. Beam size, n-best, length penalty
 and the maximum length (a · source tokens + b) are options; the checkpoint carries model, tokenizer and settings.
+
+A line longer than the model reads (its position table) does not stop the others: ``on_too_long=skip`` (default)
+leaves its output line empty and exits with :data:`EXIT_SKIPPED`, ``truncate`` translates its first tokens,
+``error`` stops before translating anything (exit 2). Input is read as bytes: a line that is not UTF-8 is named
+(exit 2), or its bad bytes replaced with ``input_errors=replace``.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import hydra
 import torch
 from omegaconf import DictConfig
 
-from .checkpoints import CheckpointError, load_task
-from .paths import CONF_DIR
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
+from .checkpoints import CheckpointError, load_task
+from .cli_input import InputError, OptionError, check, is_int, is_number, read_lines
+from .errors import UserError, one_line_errors
+from .paths import CONF_DIR
 
 log = logging.getLogger(__name__)
+
+# Exit status when every line was read but some were too long and left untranslated (documented in translate.yaml)
+EXIT_SKIPPED = 3
+ON_TOO_LONG = ("skip", "truncate", "error")
+
+
+class InputTooLongError(UserError, ValueError):
+    """on_too_long=error: an input line has more tokens than the model's position table."""
+
+
+@dataclass
+class Translations:
+    """Per input line its ``n_best`` (translation, score) pairs, best first; ``[]`` for a skipped line."""
+
+    hyps: list[list[tuple[str, float]]]
+    skipped: list[int] = field(default_factory=list)  # 1-based line numbers left untranslated (too long)
+    truncated: list[int] = field(default_factory=list)  # 1-based line numbers translated from their first tokens
+    max_tokens: int | None = None  # what the model reads (with <eos>); None: no limit
 
 
 def encode_sources(task, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -31,59 +57,121 @@ def encode_sources(task, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     return src.to(task.device), mask.to(task.device)
 
 
-def translate_lines(task, lines: list[str], *, beam_size: int = 5, n_best: int = 1, length_penalty: float = 1.0,
-                    max_len_a: float = 2.0, max_len_b: int = 10, batch_size: int = 32) -> list[list[tuple[str, float]]]:
-    """For each line, its ``n_best`` translations with their length-penalized scores, best first."""
+def _batch(task, token_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(src, src_mask) for already-encoded sentences (+ <eos> when the model was trained with it)."""
+    from .data.translation_datamodule import collate
+
+    eos = [task.tokenizer.eos_id] if task.src_eos else []
+    items = [{"src": torch.tensor(ids + eos, dtype=torch.long), "tgt": torch.zeros(0, dtype=torch.long),
+              "src_text": "", "tgt_text": "", "bucket": 0} for ids in token_ids]
+    batch = collate(items, pad_id=task.tokenizer.pad_id)
+    return batch["src"].to(task.device), batch["src_mask"].to(task.device)
+
+
+def translate_all(task, lines: list[str], *, beam_size: int = 5, n_best: int = 1, length_penalty: float = 1.0,
+                  max_len_a: float = 2.0, max_len_b: int = 10, batch_size: int = 32,
+                  on_too_long: str = "skip") -> Translations:
+    """Translate every line the model can read; what happens to a longer one is ``on_too_long``."""
     from .tasks.translation import decode_text
 
+    if on_too_long not in ON_TOO_LONG:
+        raise OptionError(f"on_too_long={on_too_long!r} is not allowed: one of {', '.join(ON_TOO_LONG)}")
     max_src = getattr(task.net, "max_len", None)
-    out: list[list[tuple[str, float]]] = []
-    for i in range(0, len(lines), batch_size):
-        chunk = lines[i : i + batch_size]
-        src, mask = encode_sources(task, chunk)
-        if max_src is not None and src.shape[1] > max_src:
-            j = int(mask.sum(1).argmax())
-            raise ValueError(f"input line {i + j + 1} has {src.shape[1]} tokens; this model reads at most {max_src}")
+    extra = 1 if task.src_eos else 0
+    ids = [list(x) for x in task.tokenizer.encode_batch(list(lines))] if lines else []
+    out = Translations([[] for _ in lines], max_tokens=max_src)
+    todo: list[int] = []
+    for i, seq in enumerate(ids):
+        if max_src is not None and len(seq) + extra > max_src:
+            if on_too_long == "error":
+                raise InputTooLongError(f"input line {i + 1} has {len(seq) + extra} tokens; this model reads at most "
+                                        f"{max_src} (on_too_long=skip or truncate translates the other lines)")
+            if on_too_long == "skip":
+                out.skipped.append(i + 1)
+                continue
+            ids[i] = seq[: max_src - extra]
+            out.truncated.append(i + 1)
+        todo.append(i)
+    for start in range(0, len(todo), batch_size):
+        chunk = todo[start : start + batch_size]
+        src, mask = _batch(task, [ids[i] for i in chunk])
         res = task.translate_batch(src, mask, beam_size=beam_size, n_best=n_best, length_penalty=length_penalty,
                                    max_len_a=max_len_a, max_len_b=max_len_b)
-        for b in range(len(chunk)):
-            out.append([(decode_text(task.tokenizer, ids), float(res.scores[b, r]))
-                        for r, ids in enumerate(res.tokens[b])])
+        for b, i in enumerate(chunk):
+            out.hyps[i] = [(decode_text(task.tokenizer, t), float(res.scores[b, r]))
+                           for r, t in enumerate(res.tokens[b])]
     return out
+
+
+def translate_lines(task, lines: list[str], *, beam_size: int = 5, n_best: int = 1, length_penalty: float = 1.0,
+                    max_len_a: float = 2.0, max_len_b: int = 10, batch_size: int = 32) -> list[list[tuple[str, float]]]:
+    """For each line, its ``n_best`` translations with their length-penalized scores, best first (a line longer
+    than the model reads is an error here: callers in code pass lines they control)."""
+    return translate_all(task, lines, beam_size=beam_size, n_best=n_best, length_penalty=length_penalty,
+                         max_len_a=max_len_a, max_len_b=max_len_b, batch_size=batch_size, on_too_long="error").hyps
+
+
+def check_options(cfg: DictConfig) -> None:
+    """Every option's value, before the checkpoint is read: one line naming the first bad one."""
+    check(cfg, "ckpt", lambda v: isinstance(v, str) and v,
+          "the path of a checkpoint (ckpt=<run>/checkpoints/last.ckpt)")
+    beam = check(cfg, "beam_size", lambda v: is_int(v) and v >= 1, "an integer >= 1 (1 = greedy)")
+    check(cfg, "n_best", lambda v: is_int(v) and 1 <= v <= beam, f"an integer from 1 to beam_size ({beam})")
+    check(cfg, "batch_size", lambda v: is_int(v) and v >= 1, "an integer >= 1")
+    check(cfg, "length_penalty", is_number, "a number (0: plain sum of log-probabilities)")
+    check(cfg, "max_len_a", lambda v: is_number(v) and v >= 0, "a number >= 0")
+    check(cfg, "max_len_b", lambda v: is_int(v) and v >= 0, "an integer >= 0")
+    check(cfg, "on_too_long", lambda v: v in ON_TOO_LONG, "skip (empty output line, exit 3), truncate or error")
+    check(cfg, "input_errors", lambda v: v in ("strict", "replace"), "strict or replace")
+
+
+def format_translations(result: Translations, n_best: int) -> str:
+    if n_best == 1:  # one line per input line, empty for a skipped one
+        return "".join((hyps[0][0] if hyps else "") + "\n" for hyps in result.hyps)
+    return "".join(f"{i}\t{r}\t{score:.4f}\t{t}\n" for i, hyps in enumerate(result.hyps)
+                   for r, (t, score) in enumerate(hyps))
+
+
+def _numbers(lines: list[int], shown: int = 20) -> str:
+    more = f" and {len(lines) - shown} more" if len(lines) > shown else ""
+    return ", ".join(map(str, lines[:shown])) + more
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="translate")
 def _main(cfg: DictConfig) -> None:
-    from .tasks.translation import TranslationTask
+    with one_line_errors(log):
+        _translate(cfg)
 
-    try:
-        task, _ = load_task(cfg.ckpt, TranslationTask, "translation", cfg.device)
-        if cfg.input:
-            src = Path(cfg.input)
-            if not src.is_file():
-                raise CheckpointError(f"input file not found: {src.resolve()}")
-            lines = src.read_text(encoding="utf-8").splitlines()
-        else:
-            lines = sys.stdin.read().splitlines()
-        lines = [line.strip() for line in lines]
-        if not any(lines):
-            raise ValueError("no input sentences (give input=<file> or pipe text into stdin)")
-        results = translate_lines(task, lines, beam_size=cfg.beam_size, n_best=cfg.n_best,
-                                  length_penalty=cfg.length_penalty, max_len_a=cfg.max_len_a,
-                                  max_len_b=cfg.max_len_b, batch_size=cfg.batch_size)
-    except (CheckpointError, ValueError, UnicodeDecodeError) as e:
-        log.error(str(e).splitlines()[0])
-        sys.exit(2)
-    if cfg.n_best == 1:
-        text = "".join(hyps[0][0] + "\n" for hyps in results)
-    else:
-        text = "".join(f"{i}\t{r}\t{score:.4f}\t{t}\n" for i, hyps in enumerate(results)
-                       for r, (t, score) in enumerate(hyps))
+
+def _translate(cfg: DictConfig) -> None:
+    check_options(cfg)
+    # the input before the model: a bad input is reported without waiting for the model to load (seconds, most of
+    # it importing Lightning); a missing checkpoint before waiting on stdin
+    if not Path(cfg.ckpt).expanduser().is_file():
+        raise CheckpointError(f"checkpoint not found: {Path(cfg.ckpt).expanduser().resolve()}")
+    lines, name = read_lines(cfg.input or None, cfg.input_errors)
+    lines = [line.strip() for line in lines]
+    if not any(lines):
+        raise InputError(f"no input sentences in {name} (give input=<file> or pipe text into stdin)")
+    task, _ = load_task(cfg.ckpt, "attnlab.tasks.translation.TranslationTask", "translation", cfg.device)
+    result = translate_all(task, lines, beam_size=cfg.beam_size, n_best=cfg.n_best,
+                           length_penalty=cfg.length_penalty, max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b,
+                           batch_size=cfg.batch_size, on_too_long=cfg.on_too_long)
+    text = format_translations(result, cfg.n_best)
     if cfg.output:
         Path(cfg.output).write_text(text, encoding="utf-8")
-        log.info(f"{len(results)} translations written to {cfg.output}")
+        log.info(f"{len(lines) - len(result.skipped)} translations written to {cfg.output}")
     else:
         sys.stdout.write(text)
+        sys.stdout.flush()
+    if result.truncated:
+        log.warning(f"{name}: translated the first {result.max_tokens} tokens only of line(s) "
+                    f"{_numbers(result.truncated)} (longer than this model reads)")
+    if result.skipped:
+        log.error(f"{name}: skipped {len(result.skipped)} of {len(lines)} lines longer than this model reads "
+                  f"({result.max_tokens} tokens): line(s) {_numbers(result.skipped)}; their output lines are empty "
+                  f"(on_too_long=truncate translates their first tokens)")
+        sys.exit(EXIT_SKIPPED)
 
 
 def main() -> None:

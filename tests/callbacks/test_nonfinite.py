@@ -136,7 +136,7 @@ def test_stops_before_the_bad_step_naming_step_and_term(tmp_path):
     assert f"at step {k} (epoch 0, batch {k})" in msg
     assert "train/mse=" in msg and "train/l2" not in msg  # the non-finite term is named, the finite one is not
     assert f"the last good state is step {k}" in msg
-    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
     assert last["global_step"] == k  # last good: written after step k-1, never after the bad one
     assert _all_finite(last["state_dict"])
     # the bad step was not applied: the weights in memory are still those of the last good checkpoint
@@ -163,7 +163,7 @@ def test_skips_one_bad_batch_without_touching_weights_or_optimizer_state(tmp_pat
     opt = trainer.optimizers[0]
     assert all(int(opt.state[p]["step"]) == N_BATCHES - 1 for p in model.parameters())
     # the budget is saved with the checkpoint
-    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
     assert last["callbacks"]["NonFiniteGuard"] == {"skipped": 1}
 
 
@@ -172,7 +172,7 @@ def test_raises_once_the_skip_budget_is_spent(tmp_path):
     trainer, _ = _trainer(tmp_path, NonFiniteGuard(max_skips=1))
     with pytest.raises(NonFiniteLossError, match=r"at step 5 .*2 non-finite steps, max_skips=1"):
         trainer.fit(model)
-    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
     assert last["global_step"] == 5 and _all_finite(last["state_dict"])
 
 
@@ -199,7 +199,7 @@ def test_stops_after_an_overflowing_update_before_last_ckpt_takes_it(tmp_path, a
     assert "first non-finite parameter: layer.weight (2 of 2 parameter tensors)" in msg
     assert msg.endswith(f"the last good state is step {k}")
     assert not _all_finite(model.state_dict())  # the update was applied: the check runs after it
-    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
     assert last["global_step"] == k and _all_finite(last["state_dict"])  # written after step k-1, not after k
 
 
@@ -209,7 +209,7 @@ def test_check_weights_false_lets_the_overflowed_weights_into_last_ckpt(tmp_path
     trainer, _ = _trainer(tmp_path, NonFiniteGuard(check_weights=False))
     with pytest.raises(NonFiniteLossError, match=rf"^non-finite loss at step {k + 1} "):
         trainer.fit(OverflowingRegression(k))
-    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
     assert last["global_step"] == k + 1 and not _all_finite(last["state_dict"])
 
 
@@ -239,7 +239,7 @@ def test_real_model_with_a_huge_learning_rate_stops_at_the_first_non_finite_step
     """train.py's config of each family: the diverging step is named and never applied; last.ckpt stays at step 1."""
     with pytest.raises(NonFiniteLossError, match=message):
         run(_real_cfg(model, "1e10", tmp_path, cache_dir))
-    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["global_step"] == 1 and _all_finite(last["state_dict"])
 
 
@@ -254,7 +254,7 @@ def test_real_rnn_with_an_infinite_learning_rate_stops_after_the_first_update(tm
     assert "first non-finite parameter: net." in msg and msg.endswith("the last good state is step 0")
     # callbacks=default lists model_checkpoint first; Lightning still runs it after the guard, so it saved nothing
     ckpts = list((tmp_path / "checkpoints").glob("*.ckpt"))
-    assert all(_all_finite(torch.load(f, weights_only=False)["state_dict"]) for f in ckpts)
+    assert all(_all_finite(torch.load(f, weights_only=True)["state_dict"]) for f in ckpts)
     assert not ckpts  # the very first update went bad: nothing was worth saving
 
 
@@ -262,7 +262,7 @@ def test_real_rnn_without_the_weight_check_saves_nan_weights(tmp_path, cache_dir
     """callbacks.nonfinite.check_weights=false: the old hole, the NaN weights reach last.ckpt before step 1 stops."""
     with pytest.raises(NonFiniteLossError, match=r"^non-finite loss at step 1 \(epoch 0, batch 1\)"):
         run(_real_cfg("seq2seq_attention", "inf", tmp_path, cache_dir, "callbacks.nonfinite.check_weights=false"))
-    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["global_step"] == 1 and not _all_finite(last["state_dict"])
 
 

@@ -93,7 +93,7 @@ def test_signal_during_a_step_checkpoints_after_it_and_stops(tmp_path, signum):
     assert model.val_batches_after_signal == 0  # no validation after the signal: exit within the grace period
     ckpt_dir = tmp_path / "checkpoints"
     assert sorted(p.name for p in ckpt_dir.iterdir()) == ["PREEMPTED", "last.ckpt"]  # no last-v1.ckpt
-    saved = torch.load(ckpt_dir / "last.ckpt", weights_only=False)
+    saved = torch.load(ckpt_dir / "last.ckpt", weights_only=True)
     assert saved["global_step"] == 6 and saved["optimizer_states"] and saved["lr_schedulers"]
     assert (ckpt_dir / "PREEMPTED").read_text() == f"signal={name} step=6 checkpoint={ckpt_dir / 'last.ckpt'}\n"
     # the handlers from before fit are back (Lightning's SIGTERM handler is gone again too)
@@ -109,7 +109,7 @@ def test_signal_during_validation_checkpoints_at_its_end(tmp_path):
     trainer, pre = _fit(tmp_path, model)
     assert pre.preempted == "SIGUSR1"
     assert trainer.global_step == 16  # no training step after the validation
-    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 16
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 16
 
 
 def test_no_signal_no_trace(tmp_path):
@@ -207,7 +207,7 @@ def _preempt_train_py(tmp_path: Path, cache_dir: str, signame: str, extra: list[
     step, ckpt = int(match[1]), Path(match[2])
     assert match[0] == signame and ckpt == run_dir / "checkpoints" / "last.ckpt"
     assert step > seen  # a later step boundary than the last one logged before the signal
-    assert torch.load(ckpt, weights_only=False)["global_step"] == step > 0
+    assert torch.load(ckpt, weights_only=True)["global_step"] == step > 0
     assert (run_dir / "checkpoints" / "PREEMPTED").read_text() == f"signal={signame} step={step} checkpoint={ckpt}\n"
     assert not list((run_dir / "checkpoints").glob("last-v*.ckpt"))
     return step, ckpt
@@ -219,7 +219,7 @@ def test_train_py_preempted_by_a_signal_exits_0_and_resumes_at_that_step(tmp_pat
     # resume from it: exactly 3 more optimizer steps, none lost or repeated
     # (in this process: the same config and code path as `python train.py ... ckpt_path=...`, without the start-up)
     run(compose_train([*RUN, f"ckpt_path={ckpt}", f"trainer.max_steps={step + 3}"], tmp_path / "resumed", warm_cache))
-    final = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=False)
+    final = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=True)
     assert final["global_step"] == step + 3
 
 
@@ -230,7 +230,7 @@ def test_every_model_family_preempted_by_sigterm_resumes_at_that_step(tmp_path, 
     base = [f"model={model}", *COMMON]
     step, ckpt = _preempt_train_py(tmp_path, cache_dir, "SIGTERM", base=base, start_timeout=120)
     run(compose_train([*base, f"ckpt_path={ckpt}", f"trainer.max_steps={step + 2}"], tmp_path / "resumed", cache_dir))
-    final = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=False)
+    final = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=True)
     assert final["global_step"] == step + 2
 
 

@@ -1,0 +1,93 @@
+"""What the inference entry points (``translate``, ``generate``, ``synthesize``) share about their inputs: the options
+checked before any work, each bad one a one-line :class:`OptionError`, and text lines read as bytes so that invalid
+UTF-8 is named by its line number instead of a ``UnicodeDecodeError`` traceback.
+"""
+
+from __future__ import annotations
+
+import codecs
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from .errors import UserError
+
+
+class OptionError(UserError, ValueError):
+    """A command-line option with a value the entry point cannot use; the message names key, value and what is
+    allowed."""
+
+
+class InputError(UserError, ValueError):
+    """An input file or stdin the entry point cannot read (missing, empty, not UTF-8)."""
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else repr(value) if isinstance(value, str) else str(value)
+
+
+def _missing(cfg: DictConfig, key: str) -> bool:
+    try:
+        return OmegaConf.is_missing(cfg, key)
+    except Exception:  # not a key of this config
+        return False
+
+
+def check(cfg: Any, key: str, ok: Callable[[Any], bool], allowed: str) -> Any:
+    """``cfg[key]`` when ``ok(value)`` holds (a wrong type counts as not ok); else an OptionError saying
+    ``key=value`` and ``allowed``."""
+    if isinstance(cfg, DictConfig) and _missing(cfg, key):  # `???` in the yaml and not given
+        raise OptionError(f"{key}= is required: {allowed}")
+    value = cfg.get(key)
+    try:
+        good = bool(ok(value))
+    except (TypeError, ValueError):
+        good = False
+    if not good:
+        raise OptionError(f"{key}={_shown(value)} is not allowed: {allowed}")
+    return value
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value  # not NaN
+
+
+def read_lines(source: str | Path | None, input_errors: str = "strict") -> tuple[list[str], str]:
+    """The lines of ``source`` (a file) or of stdin when it is None, and a name for messages ("stdin" or the path).
+
+    Read as bytes and decoded line by line: a byte sequence that is not UTF-8 is an InputError naming its line
+    (``input_errors="strict"``), or becomes U+FFFD (``"replace"``). Lines end at ``\\n`` (a ``\\r`` before it is
+    dropped), not at the other Unicode line breaks ``str.splitlines`` would split on, so line N is what
+    ``sed -n Np`` shows. A UTF-8 byte-order mark at the start is skipped.
+    """
+    if input_errors not in ("strict", "replace"):
+        raise OptionError(f"input_errors={_shown(input_errors)} is not allowed: strict (stop at a line that is "
+                          "not UTF-8) or replace (bad bytes become U+FFFD)")
+    if source is None:
+        name, data = "stdin", sys.stdin.buffer.read()
+    else:
+        path = Path(source).expanduser()
+        if not path.is_file():
+            raise InputError(f"input file not found: {path.resolve()}")
+        name, data = str(path), path.read_bytes()
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+    raw = data.split(b"\n")
+    if raw and raw[-1] == b"":
+        raw.pop()  # the newline that ends the last line does not start another
+    lines = []
+    for number, line in enumerate(raw, start=1):
+        line = line[:-1] if line.endswith(b"\r") else line
+        try:
+            lines.append(line.decode("utf-8", errors=input_errors))
+        except UnicodeDecodeError as e:
+            raise InputError(f"{name} line {number} is not valid UTF-8 (byte 0x{line[e.start]:02x} at column "
+                             f"{e.start + 1}); fix the encoding or pass input_errors=replace") from None
+    return lines, name
