@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 # a few seconds of training: 1 layer, 2 steps, 1 validation batch, the slow callbacks off, CSV logs
@@ -16,7 +17,7 @@ def one_error_line(output: str, text: str) -> str:
     assert "Traceback" not in output, output[-3000:]
     lines = [line for line in output.splitlines() if text in line]
     assert len(lines) == 1, (text, output[-3000:])
-    return lines[0]
+    return re.sub(r"\x1b\[[0-9;]*m", "", lines[0])  # without colorlog's colours
 
 
 def snapshot(folder: Path) -> dict[str, str]:
