@@ -191,7 +191,8 @@ def train_job(cfg: DictConfig, hc) -> float | None:
     check_block_groups(cfg, hc.overrides.task)
     if cfg.get("resume"):
         continue_run(cfg, Path(hc.runtime.output_dir))
-    if cfg.get("ckpt_path"):
+    if cfg.get("ckpt_path") and not cfg.get("resume") and Path(str(cfg.ckpt_path)).is_file():
+        # (resume=: checked by run_folder.RunFolderGuard; "last"/"best" and URLs are Lightning's to find)
         resume.check_intact(cfg.ckpt_path, option="ckpt_path")
     slow = slow_bf16_warning(cfg.trainer.get("precision"), cfg.trainer.get("accelerator", "auto"))
     if slow:
