@@ -102,6 +102,12 @@ def test_resume_from_a_damaged_last_ckpt_names_it_and_an_intact_one(lm_run, cach
     assert intact and Path(intact[2]) == run / "checkpoints" / intact[1] and Path(intact[2]).is_file(), line
     assert snapshot(run) == before  # the damaged file and the whole run untouched
 
+    # the hint works, and the continued run's newest state is last.ckpt again (no last-v1.ckpt beside it)
+    cont = run_cli([*EPOCH, f"resume={intact[2]}", "trainer.max_epochs=3"], cache_dir)
+    assert cont.returncode == 0, cont.stdout[-3000:]
+    assert torch.load(last, weights_only=True)["global_step"] == 24  # 3 epochs of 8 steps
+    assert not list(last.parent.glob("last-v*.ckpt"))
+
 
 def test_resume_says_when_it_takes_a_newer_last_v1_ckpt(lm_run, cache_dir, tmp_path):
     """Two writers of one folder (or an older preemption callback) left last-v1.ckpt newer than last.ckpt."""

@@ -150,7 +150,8 @@ def test_every_logger_option_trains(tmp_path, cache_dir):
     sweep = tmp_path / "sweep"
     out = run_cli(["-m", *NO_LOGGER, f"logger={','.join(options)}", f"hydra.sweep.dir={sweep}"], cache_dir)
     assert out.returncode == 0, out.stdout[-3000:]  # a failed job makes the sweep exit 1
-    written = {"wandb": "wandb/offline-run-*", "csv": "csv/version_0/metrics.csv", "tensorboard": "tensorboard/**/events.*"}
+    written = {"wandb": "wandb/offline-run-*", "csv": "csv/version_0/metrics.csv",
+               "tensorboard": "tensorboard/**/events.*"}
     for job, logger in enumerate(options):
         assert (sweep / str(job) / "metrics.json").is_file(), logger
         if logger != "none":

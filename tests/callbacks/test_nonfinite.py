@@ -251,7 +251,8 @@ def test_real_rnn_with_an_infinite_learning_rate_stops_after_the_first_update(tm
     msg = str(err.value)
     assert msg.startswith("non-finite parameters after the optimizer step at step 0 (epoch 0, batch 0): the loss "
                           "and gradient norm were finite, the update itself overflowed")
-    assert "first non-finite parameter: net." in msg and "last good state: step 0, not saved (no checkpoint was written)" in msg
+    assert "first non-finite parameter: net." in msg
+    assert "last good state: step 0, not saved (no checkpoint was written)" in msg
     # callbacks=default lists model_checkpoint first; Lightning still runs it after the guard, so it saved nothing
     ckpts = list((tmp_path / "checkpoints").glob("*.ckpt"))
     assert all(_all_finite(torch.load(f, weights_only=False)["state_dict"]) for f in ckpts)
