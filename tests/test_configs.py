@@ -82,11 +82,20 @@ def test_group_override_for_a_model_not_built_from_it_is_refused(tmp_path):
     check_block_groups(cfg, ["pos=rotary"])  # a group it uses is fine
 
 
-def test_cli_unknown_option_lists_choices():
-    out = run_cli(["norm=group"], timeout=120)
-    assert out.returncode != 0
+def test_cli_unknown_option_lists_choices_exit_2(tmp_path):
+    out = run_cli(["norm=group", f"hydra.run.dir={tmp_path}/run"], timeout=120)
+    assert out.returncode == 2  # like every other bad input (README, Reliability)
     assert "Could not find 'norm/group'" in out.stdout and "Available options" in out.stdout
-    assert "rms" in out.stdout
+    assert "rms" in out.stdout and "Traceback" not in out.stdout
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_unknown_key_exit_2_and_a_traceback_on_request(tmp_path):
+    out = run_cli(["model.net.nope=1", f"hydra.run.dir={tmp_path}/run"], timeout=120)
+    assert out.returncode == 2 and "Could not override 'model.net.nope'" in out.stdout
+    assert "Traceback" not in out.stdout
+    full = run_cli(["model.net.nope=1", f"hydra.run.dir={tmp_path}/run"], timeout=120, env={"HYDRA_FULL_ERROR": "1"})
+    assert full.returncode == 1 and "Traceback" in full.stdout  # Python's own exit for an uncaught exception
 
 
 def test_cli_inapplicable_group_gets_one_line_error(tmp_path):

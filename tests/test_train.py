@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_checks import TINY, one_error_line
 from helpers import compose_train, run_cli
 
 from attnlab.train import run
@@ -131,3 +132,58 @@ def test_same_seed_same_config_same_metrics(tmp_path, cache_dir):
         assert first[key] == second[key], key
     other = run(compose_train(common + ["seed=7"], tmp_path / "c", cache_dir))
     assert other["val/loss"] != first["val/loss"]  # the seed matters, so the equality above means something
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# train.py as a user runs it: every logger option, one line for a NaN stop and for a bad input found inside fit
+# ----------------------------------------------------------------------------------------------------------------
+NO_LOGGER = [a for a in TINY if not a.startswith("logger=")]
+
+
+def test_every_logger_option_trains(tmp_path, cache_dir):
+    """One sweep over the `logger=` options (one interpreter start for all): every job trains and logs."""
+    try:
+        import tensorboard  # noqa: F401
+        options = ["wandb", "csv", "tensorboard", "none"]
+    except ImportError:  # the tensorboard extra is not installed
+        options = ["wandb", "csv", "none"]
+    sweep = tmp_path / "sweep"
+    out = run_cli(["-m", *NO_LOGGER, f"logger={','.join(options)}", f"hydra.sweep.dir={sweep}"], cache_dir)
+    assert out.returncode == 0, out.stdout[-3000:]  # a failed job makes the sweep exit 1
+    written = {"wandb": "wandb/offline-run-*", "csv": "csv/version_0/metrics.csv",
+               "tensorboard": "tensorboard/**/events.*"}
+    for job, logger in enumerate(options):
+        assert (sweep / str(job) / "metrics.json").is_file(), logger
+        if logger != "none":
+            assert list((sweep / str(job)).glob(written[logger])), logger
+    # logger=none: the learning-rate monitor reports to a logger only: left out, with a note
+    assert out.stdout.count("no logger: leaving out LearningRateMonitor") == 1
+
+
+def test_wandb_online_composes_without_network(tmp_path):
+    cfg = compose_train(["logger=wandb_online"], tmp_path)
+    assert cfg.logger.wandb.offline is False and cfg.logger.wandb.project == "attnlab"
+
+
+def test_a_nan_stop_is_one_line_naming_the_checkpoint_that_exists(tmp_path, cache_dir):
+    out = run_cli([*TINY, "model.optimizer.lr=1e10", "trainer.max_steps=8", f"hydra.run.dir={tmp_path}/run"],
+                  cache_dir)
+    assert out.returncode == 1, out.stdout[-3000:]
+    line = one_error_line(out.stdout, "non-finite")  # printed once
+    # with the default callbacks nothing is saved before the end of the epoch: the message must not pretend
+    assert "last good state: step 1, not saved (no checkpoint was written)" in line, line
+    assert not list((tmp_path / "run").glob("checkpoints/*.ckpt"))
+
+
+def test_a_bad_data_file_found_inside_fit_is_one_line_and_a_traceback_on_request(tmp_path, cache_dir):
+    """The CIFAR-10 batches are read in the data module's setup, i.e. inside trainer.fit."""
+    data = tmp_path / "cifar"
+    data.mkdir()
+    for name in (*[f"data_batch_{i}" for i in range(1, 6)], "test_batch", "batches.meta"):
+        (data / name).write_bytes(b"not a pickle")
+    args = ["model=vit", "data=cifar10", f"data.path={data}", *TINY[1:]]
+    out = run_cli([*args, f"hydra.run.dir={tmp_path}/run"], cache_dir)
+    assert out.returncode == 2, out.stdout[-3000:]
+    one_error_line(out.stdout, f"malformed CIFAR-10 file {data}/data_batch_1")
+    full = run_cli([*args, f"hydra.run.dir={tmp_path}/run2"], cache_dir, env={"HYDRA_FULL_ERROR": "1"})
+    assert full.returncode == 1 and "Traceback" in full.stdout and "CIFAR10FormatError" in full.stdout

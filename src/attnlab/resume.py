@@ -1,54 +1,213 @@
 """``resume=``: continue a run in its own directory, from its last checkpoint, under the same W&B run id.
 
-    python train.py <same overrides> resume=auto                      # the newest run of this task with a last.ckpt
-    python train.py <same overrides> resume=outputs/train/runs/<run>  # that run (or a path to its .ckpt)
+    python train.py <same overrides> resume=auto                      # the newest run of this model with a last.ckpt
+    python train.py <same overrides> resume=outputs/train/runs/<run>  # that run (or a path to one of its .ckpt)
 
 The Hydra run directory itself is chosen by the ``resume_dir`` resolver (conf/hydra/default.yaml), so the resumed
 run writes its checkpoints, attention maps and logs next to the first part's instead of starting a new folder.
+
+"This model" is the model name and its resolved ``model.net`` (sizes, blocks, vocabulary): ``resume=auto`` compares
+them with each candidate run's saved ``.hydra/config.yaml`` and skips runs of other models, whose weights would not
+load. Before Hydra writes anything into the chosen folder, ``run_folder.RunFolderGuard`` refuses in one line a run
+of another model (``resume=<run>``), ``resume=auto`` with no run of this model, and a damaged checkpoint.
 """
 
 from __future__ import annotations
 
+import logging
+import zipfile
 from pathlib import Path
+from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
+
 from .errors import UserError
 
+log = logging.getLogger(__name__)
+
 LAST = Path("checkpoints") / "last.ckpt"
+SAVED_CONFIG = Path(".hydra") / "config.yaml"
 
 
 class ResumeError(UserError, ValueError):
     pass
 
 
-def resolve_resume_dir(resume, runs_root: str, stamp: str) -> str:
+class DamagedCheckpointError(ResumeError):
+    pass
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# which model a run trained
+# ----------------------------------------------------------------------------------------------------------------
+def model_identity(model: Any) -> tuple[str | None, dict | None]:
+    """``(model.name, resolved model.net)`` of a composed config's ``model`` node; the net is None when it does not
+    resolve (then only the names are compared)."""
+    if not isinstance(model, DictConfig):
+        return None, None
+    name = model.get("name")
+    try:
+        net = OmegaConf.to_container(model.net, resolve=True) if "net" in model else None
+    except Exception:  # noqa: BLE001 - an interpolation that needs the run's own context (e.g. ${hydra:...})
+        net = None
+    return (None if name is None else str(name)), net
+
+
+def saved_model(run_dir: str | Path) -> tuple[str | None, dict | None] | None:
+    """The model of a run as its saved ``.hydra/config.yaml`` says; None if there is no readable one."""
+    try:
+        saved = OmegaConf.load(Path(run_dir) / SAVED_CONFIG)
+    except Exception:  # noqa: BLE001 - missing or unreadable: unknown
+        return None
+    return model_identity(saved.get("model")) if isinstance(saved, DictConfig) else None
+
+
+def model_differences(there: tuple[str | None, dict | None], here: tuple[str | None, dict | None]) -> list[str]:
+    """What differs between two models (empty: the same model), e.g. ``["model.net.d_model=32 there, 192 here"]``.
+    An unknown side (None) matches anything."""
+    (name_a, net_a), (name_b, net_b) = there, here
+    if name_a is not None and name_b is not None and name_a != name_b:
+        return [f"model={name_a} there, model={name_b} here"]
+    if net_a is None or net_b is None:
+        return []
+    flat_a, flat_b = _flatten(net_a, "model.net"), _flatten(net_b, "model.net")
+    missing = object()
+    return [f"{k}={flat_a.get(k, '<unset>')} there, {flat_b.get(k, '<unset>')} here"
+            for k in sorted(set(flat_a) | set(flat_b)) if flat_a.get(k, missing) != flat_b.get(k, missing)]
+
+
+def describe(model: tuple[str | None, dict | None]) -> str:
+    return f"model={model[0]}" if model[0] else "this model"
+
+
+def _flatten(d: Any, prefix: str) -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flatten(v, f"{prefix}.{k}"))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# resume=auto: the newest run of this model
+# ----------------------------------------------------------------------------------------------------------------
+def runs_with_checkpoint(runs_root: str | Path) -> list[Path]:
+    """Run folders under ``runs_root`` with a ``checkpoints/last.ckpt``, newest checkpoint first."""
+    lasts = sorted(Path(runs_root).glob(f"*/{LAST}"), key=lambda p: p.stat().st_mtime, reverse=True)
+    return [p.parent.parent for p in lasts]
+
+
+def find_auto(runs_root: str | Path, model: tuple[str | None, dict | None]) -> tuple[Path | None, Path | None]:
+    """``(newest run of this model, newest run of another model seen before it or instead of it)``."""
+    skipped = None
+    for run in runs_with_checkpoint(runs_root):
+        there = saved_model(run)
+        if there is None or not model_differences(there, model):
+            return run, skipped
+        skipped = skipped or run
+    return None, skipped
+
+
+def resolve_resume_dir(resume, runs_root: str, stamp: str, _root_: DictConfig | None = None) -> str:
     """The run directory: ``runs_root/stamp`` for a new run, the run to continue when ``resume`` is set.
 
     Never raises (Hydra would bury the message in a traceback): when there is nothing to resume it returns the new
-    folder, and train.py reports the problem in one line (:func:`last_checkpoint`).
+    folder, and ``RunFolderGuard`` / train.py report the problem in one line before anything is written there.
     """
     if resume in (None, False, "", "null", "false"):
         return str(Path(runs_root) / stamp)
     if str(resume) == "auto":
-        runs = sorted(Path(runs_root).glob(f"*/{LAST}"), key=lambda p: p.stat().st_mtime)
-        return str(runs[-1].parent.parent) if runs else str(Path(runs_root) / stamp)
+        model = model_identity(_root_.get("model") if isinstance(_root_, DictConfig) else None)
+        run, _ = find_auto(runs_root, model)
+        return str(run) if run is not None else str(Path(runs_root) / stamp)
     path = Path(str(resume)).expanduser().resolve()
     if path.is_file() and path.suffix == ".ckpt":
         path = path.parent.parent
-    return str(path) if (path / LAST).is_file() else str(Path(runs_root) / stamp)
+    return str(path) if (path / LAST).is_file() or (path / "checkpoints").is_dir() else str(Path(runs_root) / stamp)
 
 
 def register_resolvers() -> None:
     OmegaConf.register_new_resolver("resume_dir", resolve_resume_dir, replace=True)
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# the checkpoint to continue from
+# ----------------------------------------------------------------------------------------------------------------
 def last_checkpoint(run_dir: str | Path, resume) -> Path:
+    """The checkpoint ``resume=`` continues from: a ``.ckpt`` it names, else the run's ``checkpoints/last.ckpt`` —
+    or a newer ``last-vN.ckpt`` next to it (left by two writers of one folder), said in a warning."""
+    named = Path(str(resume)).expanduser()
+    if named.suffix == ".ckpt" and named.is_file():
+        return named.resolve()
     ckpt = Path(run_dir) / LAST
+    versions = sorted(ckpt.parent.glob("last-v*.ckpt"), key=lambda p: p.stat().st_mtime)
+    if versions and (not ckpt.is_file() or versions[-1].stat().st_mtime > ckpt.stat().st_mtime):
+        log.warning(f"resuming from {versions[-1]}: it is newer than {ckpt.name}"
+                    + (" (which is older: left by an earlier writer of this folder)" if ckpt.is_file() else ""))
+        return versions[-1]
     if ckpt.is_file():
         return ckpt
     if str(resume) == "auto":
         raise ResumeError(f"resume=auto: no run with {LAST} under {Path(run_dir).parent}")
     raise ResumeError(f"resume={resume}: no {LAST} there")
+
+
+def check_intact(path: str | Path, option: str = "resume") -> None:
+    """Refuse a truncated or corrupted checkpoint in one line, naming an intact one next to it (the damaged file
+    is left as it is). A torch checkpoint is a zip archive: its directory and every member's CRC are checked (one
+    read of the file, nothing unpickled)."""
+    path = Path(path)
+    reason = _damage(path)
+    if reason is None:
+        return
+    intact = [p for p in sorted(path.parent.glob("*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
+              if p != path and _damage(p) is None]
+    epochs = [p for p in intact if p.name.startswith("epoch_")]
+    use = (epochs or intact or [None])[0]
+    hint = (f"continue from the intact {use.name} with {option}={use}" if use is not None
+            else "no intact checkpoint next to it: start the run anew")
+    raise DamagedCheckpointError(f"checkpoint {path} is damaged ({reason}); it is left as it is; {hint}")
+
+
+def _damage(path: Path) -> str | None:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+        return None if bad is None else f"member {bad} fails its CRC check"
+    except zipfile.BadZipFile as e:
+        return f"not a complete checkpoint archive: {e}; truncated?"
+    except (OSError, EOFError) as e:
+        return str(e)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# overrides the restored state ignores
+# ----------------------------------------------------------------------------------------------------------------
+def overridden_by_checkpoint(previous: DictConfig | None, current: DictConfig) -> list[str]:
+    """Warnings for ``model.optimizer.*`` / ``model.scheduler.*`` values that differ from the first part's.
+
+    The checkpoint restores the optimizer's param groups (lr, betas, weight decay, ...) and the LR scheduler's
+    ``base_lrs`` and step: a changed optimizer value is not applied. The schedule's shape (warmup, decay length,
+    floor) is rebuilt from the config — a lambda is not saved — so changed scheduler values apply from the resumed
+    step on, scaled by the restored base learning rate."""
+    if previous is None or "model" not in previous or "model" not in current:
+        return []
+    out = []
+    for group, verdict in (("optimizer", "NOT applied: the optimizer state restored from the checkpoint keeps the "
+                                         "first part's value (start a new run to change it)"),
+                           ("scheduler", "applied from the resumed step on (the schedule is rebuilt from the config; "
+                                         "its base learning rate comes from the checkpoint)")):
+        try:
+            before = OmegaConf.to_container(previous.model.get(group) or {}, resolve=True)
+            now = OmegaConf.to_container(current.model.get(group) or {}, resolve=True)
+        except Exception:  # noqa: BLE001
+            continue
+        a, b = _flatten(before, f"model.{group}"), _flatten(now, f"model.{group}")
+        changed = [f"{k}={b.get(k)} (first part: {a.get(k)})" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        if changed:
+            out.append(f"resume: {', '.join(changed)}: {verdict}")
+    return out
 
 
 def previous_wandb_id(run_dir: str | Path) -> str | None:

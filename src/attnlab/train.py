@@ -21,7 +21,7 @@ from hydra.types import RunMode
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from . import ddp, resume
+from . import ddp, resume, run_folder
 from .checkpoints import verified  # ckpt_path/resume: weights_only=True, an unsafe file is one line
 from .errors import find_user_error, one_line_message
 from .callbacks.nonfinite import NonFiniteLossError
@@ -41,6 +41,18 @@ def instantiate_all(group: DictConfig | None) -> list[Any]:
     if not group:
         return []
     return [hydra.utils.instantiate(c) for c in group.values() if isinstance(c, DictConfig) and "_target_" in c]
+
+
+def drop_callbacks_needing_a_logger(callbacks: list, loggers: list) -> list:
+    """``logger=none``: leave out the callbacks that only report to a logger (Lightning refuses to start them)."""
+    if loggers:
+        return callbacks
+    from lightning.pytorch.callbacks import DeviceStatsMonitor, LearningRateMonitor
+
+    needy = [cb for cb in callbacks if isinstance(cb, (LearningRateMonitor, DeviceStatsMonitor))]
+    if needy:
+        log.info(f"no logger: leaving out {', '.join(type(cb).__name__ for cb in needy)} (it reports to a logger)")
+    return [cb for cb in callbacks if cb not in needy]
 
 
 def build_model(model_cfg: DictConfig) -> L.LightningModule:
@@ -73,6 +85,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     prepare_loggers(cfg)
     callbacks = instantiate_all(cfg.get("callbacks"))
     loggers = instantiate_all(cfg.get("logger"))
+    callbacks = drop_callbacks_needing_a_logger(callbacks, loggers)
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
     config = OmegaConf.to_container(cfg, resolve=True)
@@ -121,8 +134,13 @@ def finish_loggers(loggers: list) -> None:
             wandb.finish()
 
 
+_job_started = False  # set when Hydra calls the job: a Hydra error before that is a bad command line
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def _main(cfg: DictConfig) -> float | None:
+    global _job_started
+    _job_started = True
     hc = HydraConfig.get()
     job_dir = Path(hc.runtime.output_dir)
     in_sweep = hc.mode == RunMode.MULTIRUN
@@ -141,6 +159,7 @@ def _main(cfg: DictConfig) -> float | None:
             if in_sweep:
                 write_job_status(job_dir, hc.overrides.task, error=user_error)
                 return float("nan")
+            run_folder.discard_if_unused(job_dir)  # a refused run leaves no folder behind (never an earlier run's)
             sys.exit(user_error.exit_code)
         if not in_sweep:
             raise
@@ -154,7 +173,8 @@ def _main(cfg: DictConfig) -> float | None:
 
 
 def continue_run(cfg: DictConfig, run_dir: Path) -> None:
-    """resume=…: Hydra already put us in the run's folder; start from its last.ckpt, log to its W&B run."""
+    """resume=…: Hydra already put us in the run's folder (run_folder.RunFolderGuard checked it holds an intact
+    checkpoint of this model); start from its last.ckpt, log to its W&B run."""
     if cfg.get("ckpt_path"):
         raise ConfigError("give either resume= or ckpt_path=, not both")
     with open_dict(cfg):
@@ -162,7 +182,11 @@ def continue_run(cfg: DictConfig, run_dir: Path) -> None:
         wb = (cfg.get("logger") or {}).get("wandb")
         if wb is not None and not wb.get("id"):
             wb.id = resume.previous_wandb_id(run_dir)
-    log.info(f"resuming {run_dir} from {cfg.ckpt_path}" + (f", W&B run {wb.id}" if wb is not None else ""))
+    picked = f" (resume=auto: the newest run of model={cfg.model.get('name')} with this model.net)" \
+        if str(cfg.resume) == "auto" else ""
+    log.info(f"resuming {run_dir}{picked} from {cfg.ckpt_path}" + (f", W&B run {wb.id}" if wb is not None else ""))
+    for warning in resume.overridden_by_checkpoint(run_folder.previous_config(run_dir), cfg):
+        log.warning(warning)
 
 
 def train_job(cfg: DictConfig, hc) -> float | None:
@@ -170,6 +194,9 @@ def train_job(cfg: DictConfig, hc) -> float | None:
     check_block_groups(cfg, hc.overrides.task)
     if cfg.get("resume"):
         continue_run(cfg, Path(hc.runtime.output_dir))
+    if cfg.get("ckpt_path") and not cfg.get("resume") and Path(str(cfg.ckpt_path)).is_file():
+        # (resume=: checked by run_folder.RunFolderGuard; "last"/"best" and URLs are Lightning's to find)
+        resume.check_intact(cfg.ckpt_path, option="ckpt_path")
     slow = slow_bf16_warning(cfg.trainer.get("precision"), cfg.trainer.get("accelerator", "auto"))
     if slow:
         log.warning(slow)
@@ -187,7 +214,22 @@ def train_job(cfg: DictConfig, hc) -> float | None:
 
 def main() -> None:
     ddp.install()
-    _main()
+    try:
+        _main()
+    except SystemExit as e:
+        # Hydra reports a bad command line (an unknown group option or key, a malformed override) with its own
+        # message and exit status 1; like every other bad input here it exits with 2. The exception Hydra
+        # printed is the context of its sys.exit(1); once a job has started, exit 1 is the job's (a bug, a sweep).
+        if e.code == 1 and not _job_started and _is_hydra_config_error(e.__context__):
+            raise SystemExit(2) from None
+        raise
+
+
+def _is_hydra_config_error(error: BaseException | None) -> bool:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return isinstance(error, (HydraException, OmegaConfBaseException))
 
 
 if __name__ == "__main__":

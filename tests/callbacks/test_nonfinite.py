@@ -135,7 +135,7 @@ def test_stops_before_the_bad_step_naming_step_and_term(tmp_path):
     assert "\n" not in msg
     assert f"at step {k} (epoch 0, batch {k})" in msg
     assert "train/mse=" in msg and "train/l2" not in msg  # the non-finite term is named, the finite one is not
-    assert f"the last good state is step {k}" in msg
+    assert f"last good state: step {k}, saved as " in msg
     last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
     assert last["global_step"] == k  # last good: written after step k-1, never after the bad one
     assert _all_finite(last["state_dict"])
@@ -197,7 +197,7 @@ def test_stops_after_an_overflowing_update_before_last_ckpt_takes_it(tmp_path, a
     assert msg.startswith(f"non-finite parameters after the optimizer step at step {k} (epoch 0, batch {batch}): "
                           "the loss and gradient norm were finite")
     assert "first non-finite parameter: layer.weight (2 of 2 parameter tensors)" in msg
-    assert msg.endswith(f"the last good state is step {k}")
+    assert f"last good state: step {k}, saved as " in msg
     assert not _all_finite(model.state_dict())  # the update was applied: the check runs after it
     last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
     assert last["global_step"] == k and _all_finite(last["state_dict"])  # written after step k-1, not after k
@@ -251,7 +251,8 @@ def test_real_rnn_with_an_infinite_learning_rate_stops_after_the_first_update(tm
     msg = str(err.value)
     assert msg.startswith("non-finite parameters after the optimizer step at step 0 (epoch 0, batch 0): the loss "
                           "and gradient norm were finite, the update itself overflowed")
-    assert "first non-finite parameter: net." in msg and msg.endswith("the last good state is step 0")
+    assert "first non-finite parameter: net." in msg
+    assert "last good state: step 0, not saved (no checkpoint was written)" in msg
     # callbacks=default lists model_checkpoint first; Lightning still runs it after the guard, so it saved nothing
     ckpts = list((tmp_path / "checkpoints").glob("*.ckpt"))
     assert all(_all_finite(torch.load(f, weights_only=True)["state_dict"]) for f in ckpts)

@@ -16,7 +16,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from helpers import compose_train
+from helpers import compose_train, run_cli
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -240,3 +240,39 @@ def test_ddp_kill_of_rank_0_only_stops_both_ranks_at_the_same_step(tmp_path, war
     _preempt_train_py(tmp_path, warm_cache, "SIGTERM", ["trainer=ddp_cpu"])  # checks exit 0, no rank left
     rank1 = (tmp_path / "run" / "ddp_rank1.log").read_text()
     assert "Traceback" not in rank1 and "Error" not in rank1
+
+
+def test_preempted_before_the_first_checkpoint_then_resume_auto_keeps_last_ckpt_the_newest(tmp_path, warm_cache):
+    """SIGTERM in the first epoch, before ModelCheckpoint ever saved: `resume=auto` in the same folder must finish
+    into last.ckpt (no last-v1.ckpt beside a stale one), identical to a straight run of as many steps.
+
+    The LR schedule's length is fixed (`total_steps`) so that the straight run's `max_steps` changes nothing but
+    where it stops."""
+    base = [*RUN, "model.net.n_layers=1", "callbacks.attention_maps=null", "trainer.limit_val_batches=1",
+            "+model.scheduler.total_steps=1000"]
+    step, ckpt = _preempt_train_py(tmp_path, warm_cache, "SIGTERM", base=base)
+    run_dir = ckpt.parent.parent
+    assert sorted(p.name for p in ckpt.parent.iterdir()) == ["PREEMPTED", "last.ckpt"]  # nothing saved before
+    stop = [f"trainer.max_steps={step + 3}", "+logger.csv.flush_logs_every_n_steps=4"]
+    resumed = run_cli([*base, *stop, "resume=auto", f"hydra.run.dir={run_dir}"], warm_cache)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    straight = run_cli([*base, *stop, f"hydra.run.dir={tmp_path / 'straight'}"], warm_cache)
+    assert straight.returncode == 0, straight.stdout[-3000:]
+
+    assert not list(ckpt.parent.glob("last-v*.ckpt"))
+    got = torch.load(ckpt, weights_only=False)
+    want = torch.load(tmp_path / "straight" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert got["global_step"] == want["global_step"] == step + 3
+    for key in ("state_dict", "optimizer_states", "lr_schedulers"):
+        assert _equal(got[key], want[key]), key
+
+
+def _equal(a, b) -> bool:
+    """Nested containers of tensors and plain values, compared exactly (bit for bit for tensors)."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return a == b

@@ -11,7 +11,7 @@ under gradient accumulation) and the total gradient norm of the optimizer's para
 
         non-finite loss at step 41 (epoch 0, batch 41): loss=nan; non-finite logged terms: train/loss=nan,
         train/ppl=nan; grad norm=nan; the optimizer step was not applied (1 non-finite step, max_skips=0);
-        the last good state is step 41
+        last good state: step 41, not saved; newest checkpoint: .../checkpoints/last.ckpt (step 32)
 
     (one line in reality; "non-finite gradient norm at ..." when the loss itself is finite). "Step" is ``trainer.global_step``: optimizer steps finished before this one, so a
     checkpoint of the last good state has ``global_step`` equal to it. The exception ends ``fit`` through
@@ -40,7 +40,8 @@ After the step (``check_weights=True``, default)
 
         non-finite parameters after the optimizer step at step 0 (epoch 0, batch 0): the loss and gradient norm
         were finite, the update itself overflowed (learning rate too large?); first non-finite parameter:
-        net.encoder.embedding.weight (34 of 34 parameter tensors); the last good state is step 0
+        net.encoder.embedding.weight (34 of 34 parameter tensors); last good state: step 0, not saved (no
+        checkpoint was written)
 
     This one is never skipped (``max_skips`` does not apply): the weights have already changed. Lightning runs
     ``ModelCheckpoint`` callbacks after all other callbacks of a hook, so the exception comes before its
@@ -70,6 +71,7 @@ from __future__ import annotations
 
 import logging
 import math
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -212,9 +214,8 @@ class NonFiniteGuard(L.Callback):
         if self.skipped > self.max_skips:
             msg = (f"non-finite {kind} at {where}: {'; '.join(what)}; the optimizer step was not applied "
                    f"({self.skipped} non-finite step{'s' if self.skipped > 1 else ''}, max_skips={self.max_skips});"
-                   f" the last good state is step {trainer.global_step}")
-            log.error(msg)
-            raise NonFiniteLossError(msg)
+                   f" {_last_good_state(trainer, trainer.global_step)}")
+            raise NonFiniteLossError(msg)  # printed once, by whoever catches it (train.py: one line, exit 1)
         for group in optimizer.param_groups:  # no gradient: the optimizer leaves the parameter (and its state) alone
             for p in group["params"]:
                 p.grad = None
@@ -231,9 +232,8 @@ class NonFiniteGuard(L.Callback):
                if grads_checked else "the loss was finite (gradient norm not checked), the update made them non-finite")
         first = f"{bad[0]} ({len(bad)} of {len(params)} parameter tensors)" if bad else "none here (another rank)"
         msg = (f"non-finite parameters after the optimizer step at step {step} (epoch {epoch}, batch {batch_idx}): "
-               f"{why}; first non-finite parameter: {first}; the last good state is step {self._good_step}")
-        log.error(msg)
-        raise NonFiniteLossError(msg)
+               f"{why}; first non-finite parameter: {first}; {_last_good_state(pl_module.trainer, self._good_step)}")
+        raise NonFiniteLossError(msg)  # printed once, by whoever catches it (train.py: one line, exit 1)
 
     def _nonfinite_logged_terms(self, trainer: L.Trainer) -> dict[str, float]:
         """Scalars logged by this step's ``training_step`` that are not finite (best effort, Lightning internals)."""
@@ -251,6 +251,26 @@ class NonFiniteGuard(L.Callback):
         except Exception:  # noqa: BLE001 - diagnostics only
             return {}
         return out
+
+
+def _last_good_state(trainer: L.Trainer, step: int) -> str:
+    """Where the last good state is: ``saved as <file>`` when a checkpoint of that step was written, else which
+    checkpoint exists (with the default callbacks ``last.ckpt`` is written at validation/epoch end, so a stop in
+    the middle of an epoch usually has none of the good step itself)."""
+    saved: dict[str, int | None] = {}
+    for mc in trainer.checkpoint_callbacks:
+        for path in (getattr(mc, "last_model_path", ""), getattr(mc, "best_model_path", "")):
+            if path and Path(path).is_file():
+                # the step is known for the file this ModelCheckpoint wrote last in this process
+                known = getattr(mc, "_last_checkpoint_saved", None) == path
+                saved[path] = getattr(mc, "_last_global_step_saved", None) if known else saved.get(path)
+    if not saved:
+        return f"last good state: step {step}, not saved (no checkpoint was written)"
+    newest = max(saved, key=lambda p: Path(p).stat().st_mtime)
+    if saved[newest] == step:
+        return f"last good state: step {step}, saved as {newest}"
+    at = f" (step {saved[newest]})" if saved[newest] is not None else ""
+    return f"last good state: step {step}, not saved; newest checkpoint: {newest}{at}"
 
 
 def _results(trainer: L.Trainer) -> dict:

@@ -11,8 +11,9 @@ end of an in-training validation, if the signal arrived during it) the callback
 
 1. saves ``trainer.save_checkpoint(<dirpath>/<filename>)``: weights, optimizer and scheduler state, loop progress,
    callback states — the same kind of checkpoint ``ModelCheckpoint`` writes, so resuming loses no finished step
-   (``ModelCheckpoint`` is told that this step is saved and, when its ``last.ckpt`` is this file, that this is its
-   last checkpoint: it neither writes the step again nor adds a ``last-v1.ckpt`` next to it);
+   (``ModelCheckpoint`` is told, before the save so that the checkpoint carries it, that this step is saved and,
+   when its ``last.ckpt`` is this file, that this is its last checkpoint: it neither writes the step again nor adds
+   a ``last-v1.ckpt`` next to it, in this run or in the resumed one);
 2. writes ``<dirpath>/PREEMPTED`` (``signal=SIGTERM step=N checkpoint=...``) for job scripts that requeue;
 3. logs ``received SIGTERM at step N: checkpoint written to ...; exiting``;
 4. sets ``trainer.should_stop`` so that ``fit`` returns normally (no pending validation is run; ``min_epochs`` /
@@ -214,13 +215,16 @@ class PreemptionCheckpoint(L.Callback):
         assert self._dir is not None
         path = self._dir / self.filename
         step = trainer.global_step
+        # Before saving: the ModelCheckpoint state inside this checkpoint must already name it as the last one.
+        # Saved with an empty last_model_path (a stop before ModelCheckpoint's first save), the resumed run's
+        # ModelCheckpoint would find last.ckpt "taken" and write last-v1.ckpt, leaving last.ckpt at this step.
+        self._tell_model_checkpoints(trainer, path, step)
         trainer.save_checkpoint(path)  # collective under DDP (barrier); rank 0 writes
         self.preempted, self.ckpt_path = name, path
         if trainer.is_global_zero:
             self._dir.mkdir(parents=True, exist_ok=True)
             (self._dir / MARKER).write_text(f"signal={name} step={step} checkpoint={path}\n")
             log.warning(f"received {name} at step {step}: checkpoint written to {path}; exiting")
-        self._tell_model_checkpoints(trainer, path, step)
         trainer.should_stop = True
         # Lightning ignores `should_stop` until min_epochs/min_steps are met (this repo sets min_epochs: 1).
         trainer.fit_loop.min_epochs = 0
