@@ -249,15 +249,18 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
                 raise ValueError(f"the {name} split of {hp.path} is empty: give {name}_fraction > 0 or {name}_path")
         return splits
 
-    def _tokenizer(self, train: Sequence[Pair]) -> BPETokenizer:
-        """The joint tokenizer, trained on normalized sources and verbatim targets; it stores the normalizer."""
-        normalizer = self.normalization.normalizer(p.src for p in train)
+    def _tokenizer(self, splits: dict[str, list[Pair]]) -> BPETokenizer:
+        """The joint tokenizer, trained on the train split's normalized sources and verbatim targets; it stores the
+        normalizer. ``case=corpus_words`` reads the words of every split's sources (e.g. "zero", whose integer
+        may be in val or test only: the word is then folded too, though its translation was never trained)."""
+        train = splits["train"]
+        normalizer = self.normalization.normalizer(p.src for pairs in splits.values() for p in pairs)
         text = "\n".join(f"{normalizer.normalize_str(p.src)}\n{p.tgt}" for p in train) + "\n"
         return train_or_load_bpe(text, self.hparams.vocab_size, self.hparams.cache_dir, normalizer)
 
     def prepare_data(self) -> None:
         """Generate/read the splits and train the tokenizer into the cache (rank 0 under DDP)."""
-        self._tokenizer(self._load_splits()["train"])
+        self._tokenizer(self._load_splits())
 
     def setup(self, stage: str | None = None) -> None:
         """Load splits and tokenizer (cheap once cached), encode every split, check lengths."""
@@ -265,7 +268,7 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
             return
         hp = self.hparams
         splits = self._load_splits()
-        tok = self._tokenizer(splits["train"])
+        tok = self._tokenizer(splits)
         eos = [tok.eos_id] if hp.src_eos else []
         self.splits, self.datasets = {}, {}
         for name, pairs in splits.items():
