@@ -10,6 +10,7 @@ import pytest
 from num2words import num2words
 
 import attnlab.data.tokenizer as tokmod
+from attnlab.data.characters import CharVocab, normalize_text
 from attnlab.data.normalization import TextNormalization, corpus_lower_words
 from attnlab.data.numbers import HELD_OUT_NAMES, english_words, target_words
 from attnlab.data.tokenizer import BPETokenizer, bpe_cache_path, train_or_load_bpe
@@ -158,3 +159,11 @@ def test_corpus_words_on_an_open_vocabulary_is_refused():
     words = ["".join(p) for p in itertools.product("abcdefghijklm", repeat=3)]  # 2197 words
     with pytest.raises(ConfigError, match="has 2197 lower-case words .at most 2000.: use case=lower or case=keep"):
         TextNormalization(case="corpus_words").normalizer([" ".join(words)])
+
+
+def test_tts_reads_text_through_one_normalization():
+    """Training (CharVocab.encode) and synthesize (normalize_text, then encode) apply the same function."""
+    vocab = CharVocab()
+    assert vocab.encode("  Three   HUNDRED\tand five. ") == vocab.encode("three hundred and five.")
+    text = "  Three   HUNDRED\tand five. "
+    assert normalize_text(normalize_text(text)) == normalize_text(text) == "three hundred and five."
