@@ -7,6 +7,7 @@ import logging
 
 import numpy as np
 import pytest
+from helpers import run_cli
 from num2words import num2words
 
 import attnlab.data.tokenizer as tokmod
@@ -153,6 +154,13 @@ def test_corpus_lower_words():
 def test_bad_normalize_config_is_a_config_error(cfg, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         TextNormalization.from_config(cfg)
+
+
+def test_train_py_names_a_bad_normalize_value_in_one_line(tmp_path, cache_dir):
+    proc = run_cli(["data.normalize.case=upper", f"hydra.run.dir={tmp_path}"], cache_dir=cache_dir, timeout=180)
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout, proc.stdout[-3000:]
+    lines = [x for x in proc.stdout.splitlines() if "data.normalize.case='upper'" in x]
+    assert len(lines) == 1 and "keep, lower, corpus_words" in lines[0], proc.stdout[-3000:]
 
 
 def test_corpus_words_on_an_open_vocabulary_is_refused():
