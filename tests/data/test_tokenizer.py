@@ -1,6 +1,11 @@
 """Byte-level BPE: exact round trips, fixed special ids, serialization and the disk cache."""
 
+import random
+import subprocess
+import sys
+
 import pytest
+from helpers import run_cli
 
 import attnlab.data.tokenizer as tokmod
 from attnlab.data.corpus import pydoc_text
@@ -120,3 +125,37 @@ def test_small_text_and_training_is_deterministic(tmp_path):
 def test_too_small_vocab_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="vocab_size must be >= 260"):
         train_or_load_bpe("abc", 100, tmp_path)
+
+
+# A 5 MB "word" (no space): BPE training is quadratic in a word's length, so before pre-tokenization cut long runs
+# this took > 5 min with no message. Run in a subprocess so that a regression fails the test instead of hanging it.
+LONG_WORD_SCRIPT = """
+import random, time
+from attnlab.data.tokenizer import MAX_RUN_CHARS, BPETokenizer, train_bpe
+random.seed(0)
+word = "".join(random.choices("abcdefghijklmnopqrstuvwxyz", k=1000)) * 5000
+text = "an ordinary line of text.\\n" * 100 + word + "\\n"
+start = time.perf_counter()
+tok = BPETokenizer.from_str(train_bpe(text, 512).to_str())
+piece = word[:100_000]
+ids = tok.encode(piece)
+assert tok.decode(ids) == piece
+assert max(len(tok.decode([i])) for i in set(ids)) <= MAX_RUN_CHARS
+print(f"ok {time.perf_counter() - start:.1f}")
+"""
+
+
+def test_a_5mb_word_trains_in_seconds():
+    proc = subprocess.run([sys.executable, "-c", LONG_WORD_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("ok "), proc.stderr[-2000:]
+
+
+def test_train_py_on_a_text_file_with_a_long_word(tmp_path, cache_dir):
+    """The same through the entry point: a text file whose middle is a 500 kB run without spaces (a pasted blob)."""
+    blob = "".join(random.Random(1).choices("abcdefghijklmnopqrstuvwxyz0123456789+/", k=997)) * 500
+    path = tmp_path / "book.txt"
+    path.write_text(pydoc_text()[:50_000] + blob + "\n" + pydoc_text()[50_000:100_000], encoding="utf-8")
+    proc = run_cli(["model=causal_lm", "data=text_file", f"data.path={path}", "debug=fast", "logger=csv",
+                    "callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false",
+                    f"hydra.run.dir={tmp_path / 'run'}"], cache_dir=cache_dir, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:]

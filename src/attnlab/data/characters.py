@@ -1,6 +1,9 @@
 """Characters as the text front-end of the TTS model: a fixed alphabet, so a checkpoint needs no vocabulary file.
 
-Text is lower-cased and its whitespace collapsed; any character outside the alphabet becomes ``<unk>``.
+Text is lower-cased and its whitespace collapsed (``normalize_text``); any character outside the alphabet becomes
+``<unk>``. ``normalize_text`` is the TTS's one text normalization: ``CharVocab.encode`` applies it, so training
+(LJSpeech/eSpeak data) and ``synthesize`` read text through the identical function, and a checkpoint needs no
+stored normalizer (unlike the BPE tokenizers, see ``normalization.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ SYMBOLS = (PAD, UNK, *ALPHABET)
 
 
 def normalize_text(text: str) -> str:
+    """Lower case, runs of whitespace as one space, ends stripped (idempotent)."""
     return re.sub(r"\s+", " ", text.lower()).strip()
 
 

@@ -2,7 +2,7 @@
 
 Pipeline (everything cached under ``cache_dir``, keyed by content hashes):
 
-    text (pydoc or a user file) --train_or_load_bpe--> tokenizer
+    text (pydoc or a user file) --normalize (data.normalize)--train_or_load_bpe--> tokenizer (stores the normalizer)
     tokenizer.encode(text) --> <cache_dir>/tokens/<key>.npy   (uint16 / int32, 1-D)
     split contiguously: [ train | val | test ]
 
@@ -26,10 +26,14 @@ from torch.utils.data import DataLoader, Dataset
 from attnlab.data.corpus import pydoc_text, read_text_file
 from attnlab.data.errors import ConfigError, DataError
 from attnlab.data.loading import EpochDataLoader, FrozenEpochSampler, MidEpochResume, mix64, sequential_sampler
+from attnlab.data.normalization import TextNormalization
 from attnlab.data.tokenizer import BPETokenizer, train_or_load_bpe
 
 SOURCES = ("pydoc", "text_file")
 TOKENS_FORMAT_VERSION = "tokens-v1"
+# The LM learns text as written: case and punctuation are content. Only the Unicode form is unified (NFC), so that
+# composed and decomposed accents are the same tokens; generate's prompts get the same, through the tokenizer.
+DEFAULT_NORMALIZATION = {"unicode": "NFC", "remove": "", "whitespace": False, "case": "keep"}
 
 
 # --------------------------------------------------------------------------------------
@@ -59,16 +63,19 @@ def _atomic_save_npy(path: Path, array: np.ndarray) -> None:
 
 
 def tokenize_corpus(
-    text: str, vocab_size: int, cache_dir: str | os.PathLike
+    text: str, vocab_size: int, cache_dir: str | os.PathLike, normalization: TextNormalization | None = None
 ) -> tuple[BPETokenizer, np.ndarray]:
     """Tokenizer and the whole text's ids, trained/encoded once and then read from the cache.
+
+    The tokenizer is trained on the normalized text and stores the normalizer (``encode`` applies it).
 
     The token file key hashes the tokenizer JSON and the text, so a changed corpus or
     tokenizer never reuses stale ids. Cheap when cached (hashing + one ``np.load``), so
     ``prepare_data`` and ``setup`` can both call it. Returns a read-only memory map of
     shape [n_tokens] (uint16 when the vocab fits, else int32).
     """
-    tok = train_or_load_bpe(text, vocab_size, cache_dir)
+    normalizer = (normalization or TextNormalization()).normalizer([text])
+    tok = train_or_load_bpe(normalizer.normalize_str(text), vocab_size, cache_dir, normalizer)
     h = hashlib.sha256(f"{TOKENS_FORMAT_VERSION}\n".encode())
     h.update(tok.to_str().encode("utf-8"))
     h.update(text.encode("utf-8"))
@@ -171,6 +178,7 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
         train_windows_per_epoch: int | None = None,
         seed: int = 0,
         pin_memory: bool = False,
+        normalize: dict | None = None,
     ):
         super().__init__()
         if source not in SOURCES:
@@ -185,7 +193,9 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
                 f"val_fraction={val_fraction} and test_fraction={test_fraction} must be in [0, 1) "
                 "and sum to < 1"
             )
+        self.normalization = TextNormalization.from_config(DEFAULT_NORMALIZATION if normalize is None else normalize)
         self.save_hyperparameters()
+        self.hparams.normalize = self.normalization.as_dict()
         self.tokenizer: BPETokenizer | None = None
         self.vocab_size: int | None = None  # real tokenizer size, known after setup()
         self.train_dataset: RandomWindowDataset | None = None
@@ -195,7 +205,7 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
     def _tokenize(self) -> tuple[BPETokenizer, np.ndarray]:
         hp = self.hparams
         text = load_text(hp.source, hp.path)
-        return tokenize_corpus(text, hp.vocab_size, hp.cache_dir)
+        return tokenize_corpus(text, hp.vocab_size, hp.cache_dir, self.normalization)
 
     def prepare_data(self) -> None:
         """Train the tokenizer and encode the corpus into the cache (rank 0 under DDP)."""

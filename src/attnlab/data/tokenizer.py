@@ -5,23 +5,40 @@ character and ``decode(encode(s)) == s`` for any text. The special tokens have f
 ids (``<pad>``=0, ``<bos>``=1, ``<eos>``=2, ``<unk>``=3) so that models, losses
 (``ignore_index=pad_id``) and generation code may rely on them without a tokenizer
 at hand.
+
+Text normalization (``attnlab.data.normalization``) is the tokenizer's ``tokenizers`` normalizer, serialized with
+it: ``encode`` applies it (input text: LM text and prompts, translation sources), ``encode(..., normalize=False)``
+does not (translation targets, which are the exact references). A tokenizer saved before normalization existed has
+no normalizer; it keeps encoding text as typed, with a warning logged once.
+
+Pre-tokenization cuts every run of more than ``MAX_RUN_CHARS`` non-space (or space) characters into pieces of at
+most that length before the byte-level split: BPE training is quadratic in the length of a word, and one
+multi-megabyte "word" (a base64 blob, a minified file) made it hang; no token can be longer than a piece.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from attnlab.data.normalization import normalizer_json
+
+log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<bos>", "<eos>", "<unk>")
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(len(SPECIAL_TOKENS))
 # Bump when the training recipe changes, so that stale cached tokenizers are not reused.
-FORMAT_VERSION = "bpe-v1"
+# v2: runs longer than MAX_RUN_CHARS cut in pre-tokenization; a normalizer (possibly empty) always set
+FORMAT_VERSION = "bpe-v2"
+MAX_RUN_CHARS = 64
+_warned_unnormalized = False
 
 
 @lru_cache(maxsize=1)
@@ -58,6 +75,9 @@ class BPETokenizer:
         # Not serialized by `tokenizers`, hence set on every construction.
         tokenizer.encode_special_tokens = True
         self._tok = tokenizer
+        self._verbatim: Tokenizer | None = None  # the same tokenizer without its normalizer, made on first use
+        if tokenizer.normalizer is None:
+            _warn_unnormalized()
 
     # -- ids -------------------------------------------------------------------------
     @property
@@ -81,16 +101,37 @@ class BPETokenizer:
         return UNK_ID
 
     # -- encode / decode ---------------------------------------------------------------
-    def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text).ids
+    @property
+    def normalized(self) -> bool:
+        """False for a tokenizer saved before normalization existed (it encodes text as typed)."""
+        return self._tok.normalizer is not None
+
+    def normalize(self, text: str) -> str:
+        """The text as ``encode`` sees it (the stored normalizer applied)."""
+        n = self._tok.normalizer
+        return text if n is None else n.normalize_str(text)
+
+    def encode(self, text: str, normalize: bool = True) -> list[int]:
+        """Ids of ``text`` after the stored normalization; ``normalize=False`` encodes it verbatim (a translation
+        target: ``decode(encode(t, normalize=False)) == t`` for any text)."""
+        return self._pick(normalize).encode(text).ids
+
+    def _pick(self, normalize: bool) -> Tokenizer:
+        if normalize or self._tok.normalizer is None:
+            return self._tok
+        if self._verbatim is None:
+            self._verbatim = Tokenizer.from_str(self._tok.to_str())
+            self._verbatim.normalizer = None
+            self._verbatim.encode_special_tokens = True
+        return self._verbatim
 
     def offsets(self, text: str) -> list[tuple[int, int]]:
         """Character span ``(start, end)`` of each token of ``encode(text)`` in ``text``; a token's leading space
         is inside its span ("one million" -> (0, 3), (3, 11)). To map tokens back to words (claim E2)."""
         return [tuple(o) for o in self._tok.encode(text).offsets]
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self._tok.encode_batch(list(texts))]
+    def encode_batch(self, texts: Sequence[str], normalize: bool = True) -> list[list[int]]:
+        return [e.ids for e in self._pick(normalize).encode_batch(list(texts))]
 
     def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
         """``ids`` may be a list, a 1-D tensor or a numpy array of ints."""
@@ -148,15 +189,38 @@ def _atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-def train_bpe(text: str, vocab_size: int) -> BPETokenizer:
-    """Train a byte-level BPE with exactly ``vocab_size`` entries at most (specials included)."""
+def _warn_unnormalized() -> None:
+    global _warned_unnormalized
+    if not _warned_unnormalized:
+        _warned_unnormalized = True
+        log.warning("this tokenizer was saved without a text normalizer (before normalization was declared in "
+                    "data.normalize): input is encoded exactly as typed, so case, commas or extra spaces that "
+                    "training text lacked change the result; retrain to get the normalization")
+
+
+def pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+    """Runs of > MAX_RUN_CHARS non-space (or space) characters cut into pieces, then GPT-2's byte-level split."""
+    n = MAX_RUN_CHARS
+    return pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(rf"\S{{{n}}}|\s{{{n}}}"), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False),
+    ])  # fmt: skip
+
+
+def train_bpe(text: str, vocab_size: int, normalizer: normalizers.Normalizer | None = None) -> BPETokenizer:
+    """Train a byte-level BPE with exactly ``vocab_size`` entries at most (specials included).
+
+    ``text`` is trained on as given: where ``normalizer`` applies (all of an LM's text, a translation's sources),
+    the caller passes the text already normalized. The normalizer is then stored on the tokenizer (an empty one
+    when None, which marks a tokenizer that knows its normalization: "none").
+    """
     min_size = len(SPECIAL_TOKENS) + 256
     if vocab_size < min_size:
         raise ValueError(
             f"vocab_size must be >= {min_size} (4 specials + 256 bytes), got {vocab_size}"
         )
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizer()
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -165,28 +229,31 @@ def train_bpe(text: str, vocab_size: int) -> BPETokenizer:
         show_progress=False,
     )
     tok.train_from_iterator([text], trainer=trainer)
+    tok.normalizer = normalizer if normalizer is not None else normalizers.Sequence([])
     out = BPETokenizer(tok)
     assert out.vocab_size <= vocab_size, (out.vocab_size, vocab_size)
     return out
 
 
-def bpe_cache_path(text: str, vocab_size: int, cache_dir: str | Path) -> Path:
-    """``<cache_dir>/tokenizers/bpe-<vocab>-<key>.json``; key: sha256(version, vocab, text)."""
-    h = hashlib.sha256(f"{FORMAT_VERSION}\n{vocab_size}\n".encode())
+def bpe_cache_path(text: str, vocab_size: int, cache_dir: str | Path,
+                   normalizer: normalizers.Normalizer | None = None) -> Path:
+    """``<cache_dir>/tokenizers/bpe-<vocab>-<key>.json``; key: sha256(version, vocab, normalizer JSON, text)."""
+    h = hashlib.sha256(f"{FORMAT_VERSION}\n{vocab_size}\n{normalizer_json(normalizer)}\n".encode())
     h.update(text.encode("utf-8"))
     return Path(cache_dir) / "tokenizers" / f"bpe-{vocab_size}-{h.hexdigest()[:16]}.json"
 
 
-def train_or_load_bpe(text: str, vocab_size: int, cache_dir: str | Path) -> BPETokenizer:
-    """Load the tokenizer for (text, vocab_size) from the cache, training it only when missing.
+def train_or_load_bpe(text: str, vocab_size: int, cache_dir: str | Path,
+                      normalizer: normalizers.Normalizer | None = None) -> BPETokenizer:
+    """Load the tokenizer for (text, vocab_size, normalizer) from the cache, training it only when missing.
 
     The file is written atomically, so DDP ranks (or parallel sweep jobs) sharing a cache
     directory either see no file (and train it themselves, with an identical result) or
     a complete one.
     """
-    path = bpe_cache_path(text, vocab_size, cache_dir)
+    path = bpe_cache_path(text, vocab_size, cache_dir, normalizer)
     if path.is_file():
         return BPETokenizer.load(path)
-    tok = train_bpe(text, vocab_size)
+    tok = train_bpe(text, vocab_size, normalizer)
     tok.save(path)
     return tok

@@ -4,13 +4,21 @@ Pipeline (everything cached under ``cache_dir``)::
 
     numbers: num2words -> <cache_dir>/numbers/<key>/{train,val,test[,copy_test]}.tsv     (numbers.py)
     tsv:     read_parallel_tsv(path) -> split by seed, grouped by source sentence    (parallel.py)
-    "\\n".join(train sources and targets) --train_or_load_bpe--> one joint tokenizer  (tokenizer.py)
+    "\\n".join(normalized train sources and targets) --train_or_load_bpe--> one joint tokenizer  (tokenizer.py)
 
 One **joint** byte-level BPE serves both languages (trained on the training split only, both sides): one vocabulary
 and one set of special ids (``<pad>``=0, ``<bos>``=1, ``<eos>``=2, ``<unk>``=3), so a model may tie encoder,
 decoder and output embeddings, and copying a name is predicting the very ids it read. ``src_vocab_size ==
 tgt_vocab_size == vocab_size``. For the numbers the vocabulary is closed and small, so with the default cap every
 word becomes one token (word-level in effect); a hyphen is its own token ("twenty-one" -> "twenty", "-", "one").
+
+Normalization (``data.normalize``, see ``normalization.py``) applies to the **source side only**: the tokenizer
+stores it and ``encode`` applies it to every source (training, validation, ``encode_sources`` that ``translate``
+uses), while targets are encoded verbatim (``encode(t, normalize=False)``). The targets are the exact references
+of BLEU and exact match (``decode(encode(t)) == t`` must hold), and they carry case and characters that a source
+normalization would destroy: German nouns ("eine Million"), names copied from the source (claim E15), a TSV
+corpus' capitals and punctuation. Default per source (``DEFAULT_NORMALIZATION``): numbers fold NFKC, punctuation,
+spaces and the case of the number words; a TSV corpus only NFC and whitespace.
 
 A batch (``collate``) is a dict, padded per batch to its longest sequence::
 
@@ -40,6 +48,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from attnlab.data.errors import ConfigError, DataError
 from attnlab.data.loading import BatchDataset, MidEpochResume, batch_loader
+from attnlab.data.normalization import TextNormalization
 from attnlab.data.numbers import load_or_generate_numbers
 from attnlab.data.parallel import (
     DEFAULT_BUCKET_EDGES,
@@ -54,6 +63,14 @@ from attnlab.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer, train_o
 log = logging.getLogger(__name__)
 
 SOURCES = ("numbers", "tsv")
+# Source-side normalization when the config declares none (conf/data/{numbers,tsv}.yaml declare these explicitly).
+# numbers: the corpus is num2words' English without commas, lower case, single spaces; a user's "Three hundred and
+# five." or num2words' own "one million, two hundred" must reach the model as that training form. Case is folded
+# for the number words only (corpus_words), so that the names of copy pairs keep their capital (claim E15).
+DEFAULT_NORMALIZATION = {
+    "numbers": {"unicode": "NFKC", "remove": ",.;:!?", "whitespace": True, "case": "corpus_words"},
+    "tsv": {"unicode": "NFC", "remove": "", "whitespace": True, "case": "keep"},
+}
 
 
 # --------------------------------------------------------------------------------------
@@ -127,7 +144,8 @@ def collate(items: Sequence[dict], pad_id: int = PAD_ID, bos_id: int = BOS_ID, e
 
 
 def encode_sources(tokenizer: BPETokenizer, texts: Sequence[str], src_eos: bool = True) -> tuple[Tensor, Tensor]:
-    """(src (B, S), src_mask (B, S)) for raw source sentences, encoded and padded as in training batches."""
+    """(src (B, S), src_mask (B, S)) for raw source sentences, encoded and padded as in training batches (the
+    tokenizer's normalization applied, as to the training sources)."""
     eos = [tokenizer.eos_id] if src_eos else []
     items = [{"src": torch.tensor(ids + eos, dtype=torch.long), "tgt": torch.zeros(0, dtype=torch.long),
               "src_text": t, "tgt_text": "", "bucket": 0}
@@ -171,6 +189,7 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
         test_fraction: float = 0.05,
         # both
         bucket_edges: Iterable[int] = DEFAULT_BUCKET_EDGES,
+        normalize: dict | None = None,
         vocab_size: int = 512,
         seq_len: int = 64,
         src_eos: bool = True,
@@ -192,8 +211,12 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
         if seq_len < 2 or batch_size < 1:
             raise ConfigError(f"seq_len must be >= 2 and batch_size >= 1, got {seq_len}, {batch_size}")
         bucket_edges = check_bucket_edges(bucket_edges)
+        # source-side normalization (see the module doc); None: the source's default
+        self.normalization = TextNormalization.from_config(DEFAULT_NORMALIZATION[source] if normalize is None
+                                                           else normalize)
         self.save_hyperparameters()
         self.hparams.bucket_edges = list(bucket_edges)
+        self.hparams.normalize = self.normalization.as_dict()
         self.bucket_names: list[str] = bucket_names(bucket_edges)
         self.tokenizer: BPETokenizer | None = None
         self.vocab_size: int | None = None  # real tokenizer size, known after setup()
@@ -227,13 +250,18 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
                 raise DataError(f"the {name} split of {hp.path} is empty: give {name}_fraction > 0 or {name}_path")
         return splits
 
-    def _tokenizer(self, train: Sequence[Pair]) -> BPETokenizer:
-        text = "\n".join(f"{p.src}\n{p.tgt}" for p in train) + "\n"
-        return train_or_load_bpe(text, self.hparams.vocab_size, self.hparams.cache_dir)
+    def _tokenizer(self, splits: dict[str, list[Pair]]) -> BPETokenizer:
+        """The joint tokenizer, trained on the train split's normalized sources and verbatim targets; it stores the
+        normalizer. ``case=corpus_words`` reads the words of every split's sources (e.g. "zero", whose integer
+        may be in val or test only: the word is then folded too, though its translation was never trained)."""
+        train = splits["train"]
+        normalizer = self.normalization.normalizer(p.src for pairs in splits.values() for p in pairs)
+        text = "\n".join(f"{normalizer.normalize_str(p.src)}\n{p.tgt}" for p in train) + "\n"
+        return train_or_load_bpe(text, self.hparams.vocab_size, self.hparams.cache_dir, normalizer)
 
     def prepare_data(self) -> None:
         """Generate/read the splits and train the tokenizer into the cache (rank 0 under DDP)."""
-        self._tokenizer(self._load_splits()["train"])
+        self._tokenizer(self._load_splits())
 
     def setup(self, stage: str | None = None) -> None:
         """Load splits and tokenizer (cheap once cached), encode every split, check lengths."""
@@ -241,12 +269,12 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
             return
         hp = self.hparams
         splits = self._load_splits()
-        tok = self._tokenizer(splits["train"])
+        tok = self._tokenizer(splits)
         eos = [tok.eos_id] if hp.src_eos else []
         self.splits, self.datasets = {}, {}
         for name, pairs in splits.items():
             src_ids = [ids + eos for ids in tok.encode_batch([p.src for p in pairs])]
-            tgt_ids = tok.encode_batch([p.tgt for p in pairs])
+            tgt_ids = tok.encode_batch([p.tgt for p in pairs], normalize=False)  # exact references
             keep = [i for i in range(len(pairs)) if len(src_ids[i]) <= hp.seq_len and len(tgt_ids[i]) < hp.seq_len]
             if len(keep) < len(pairs):
                 kept = set(keep)

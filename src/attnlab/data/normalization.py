@@ -1,0 +1,120 @@
+"""Text normalization: declared in a data config (``data.normalize``), saved with the tokenizer, applied everywhere.
+
+The normalization is built as a ``tokenizers`` normalizer and set on the BPE tokenizer itself, so it is serialized
+with it (``BPETokenizer.to_str``, hence into every checkpoint) and the very same function runs on the training
+data, on validation, in ``translate``, in the notebooks and in the claims: a user's "Three hundred and five." is
+encoded exactly like the training form "three hundred and five".
+
+A spec has four independent steps, applied in this order::
+
+    unicode:    null | NFC | NFKC      Unicode normalization form
+    remove:     "<characters>"         each one replaced by a space (punctuation the corpus does not carry)
+    whitespace: true | false           runs of whitespace collapsed to one space, both ends stripped
+    case:       keep | lower | corpus_words
+                                       corpus_words: every word the training text writes in lower case only is
+                                       folded to it ("THREE", "Three" -> "three"); other words keep their case
+                                       (names copied to the target, claim E15)
+
+``corpus_words`` folds one regular expression per word, so it is meant for a closed vocabulary (the number
+words); at most ``MAX_CORPUS_WORDS`` words.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+
+from tokenizers import Regex, normalizers
+
+from attnlab.utils.config import ConfigError
+
+UNICODE_FORMS = ("NFC", "NFKC")
+CASES = ("keep", "lower", "corpus_words")
+MAX_CORPUS_WORDS = 2000
+# A word for case folding: a run of letters (no digits, no underscore), as Python's and Oniguruma's \p{L} see it.
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+@dataclass(frozen=True)
+class TextNormalization:
+    """What ``data.normalize`` declares; ``normalizer()`` builds the ``tokenizers`` normalizer."""
+
+    unicode: str | None = None
+    remove: str = ""
+    whitespace: bool = False
+    case: str = "keep"
+
+    @classmethod
+    def from_config(cls, cfg: Mapping | None, key: str = "data.normalize") -> TextNormalization:
+        """The spec from a config mapping (missing keys take the defaults above); a ConfigError names a bad key."""
+        if cfg is None:
+            return cls()
+        if not isinstance(cfg, Mapping):
+            raise ConfigError(f"{key} must be a mapping of unicode/remove/whitespace/case, got {cfg!r}")
+        cfg = dict(cfg)
+        unknown = sorted(set(cfg) - {"unicode", "remove", "whitespace", "case"})
+        if unknown:
+            raise ConfigError(f"{key}: unknown key(s) {', '.join(unknown)}; valid: unicode, remove, whitespace, case")
+        spec = cls(**{**asdict(cls()), **cfg})
+        if spec.unicode is not None and spec.unicode not in UNICODE_FORMS:
+            raise ConfigError(f"{key}.unicode={spec.unicode!r} is not one of null, {', '.join(UNICODE_FORMS)}")
+        if spec.case not in CASES:
+            raise ConfigError(f"{key}.case={spec.case!r} is not one of {', '.join(CASES)}")
+        if not isinstance(spec.remove, str):
+            raise ConfigError(f"{key}.remove must be a string of characters, got {spec.remove!r}")
+        if not isinstance(spec.whitespace, bool):
+            raise ConfigError(f"{key}.whitespace must be true or false, got {spec.whitespace!r}")
+        return spec
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def normalizer(self, corpus: Iterable[str] = ()) -> normalizers.Normalizer:
+        """The ``tokenizers`` normalizer; ``corpus`` (the training text it applies to) is read for
+        ``case=corpus_words`` only. Always a ``Sequence`` (possibly empty), never None: a tokenizer without
+        one was trained before normalization existed (``BPETokenizer`` warns about it)."""
+        steps: list[normalizers.Normalizer] = []
+        if self.unicode == "NFC":
+            steps.append(normalizers.NFC())
+        elif self.unicode == "NFKC":
+            steps.append(normalizers.NFKC())
+        if self.remove:
+            chars = "".join(sorted(set(self.remove)))
+            steps.append(normalizers.Replace(Regex("[" + "".join(_escape(c) for c in chars) + "]"), " "))
+        if self.whitespace:
+            steps += [normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
+        if self.case == "lower":
+            steps.append(normalizers.Lowercase())
+        elif self.case == "corpus_words":
+            words = corpus_lower_words(corpus)
+            if len(words) > MAX_CORPUS_WORDS:
+                raise ConfigError(
+                    f"data.normalize.case=corpus_words folds each word of the corpus separately; this corpus has "
+                    f"{len(words)} lower-case words (at most {MAX_CORPUS_WORDS}): use case=lower or case=keep"
+                )
+            # "(?i)" matches any case; the look-arounds keep "one" from matching inside "someone" or "Ones"
+            steps += [normalizers.Replace(Regex(rf"(?i)(?<!\p{{L}}){w}(?!\p{{L}})"), w) for w in words]
+        return normalizers.Sequence(steps)
+
+
+def corpus_lower_words(texts: Iterable[str]) -> list[str]:
+    """Sorted words (letter runs) that occur in ``texts`` in lower case and never in any other case."""
+    seen: dict[str, bool] = {}
+    for text in texts:
+        for w in _WORD.findall(text):
+            low = w.lower()
+            seen[low] = seen.get(low, True) and w == low
+    return sorted(w for w, only_lower in seen.items() if only_lower and w != w.upper())
+
+
+def normalizer_json(normalizer: normalizers.Normalizer | None) -> str:
+    """The normalizer's JSON as ``tokenizers`` serializes it (for cache keys); "null" for None."""
+    if normalizer is None:
+        return "null"
+    return normalizer.__getstate__().decode("utf-8")
+
+
+def _escape(c: str) -> str:
+    """One character inside an Oniguruma character class."""
+    return "\\" + c if c in "\\]^-[" else c
