@@ -24,6 +24,17 @@ class UserError(Exception):
     exit_code = 2
 
 
+class NonFiniteLossError(RuntimeError):
+    """The training loss or gradient norm was not finite (more often than ``max_skips`` allows), or an optimizer
+    step made the parameters non-finite. train.py prints its one line and exits with 1 (the run failed; not a bad
+    input). Raised by :class:`attnlab.callbacks.nonfinite.NonFiniteGuard`."""
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (disk full, quota, read-only); earlier checkpoints are intact. One line,
+    exit 1. Raised by :class:`attnlab.utils.checkpoint_io.AtomicCheckpointIO`."""
+
+
 def find_user_error(error: BaseException | None) -> UserError | None:
     """The first UserError in ``error``'s chain of causes (itself included), or None."""
     seen: set[int] = set()

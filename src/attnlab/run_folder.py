@@ -50,9 +50,12 @@ def previous_config(run_dir: str | Path) -> DictConfig | None:
 
 
 def _launching_process() -> bool:
-    from lightning.pytorch.utilities import rank_zero_only
-
-    return getattr(rank_zero_only, "rank", 0) == 0
+    """Rank 0, read from the environment the way Lightning's ``rank_zero_only`` reads it (without importing
+    Lightning, which a refused command line should not pay for): torchrun/Lightning, SLURM, LSF."""
+    for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        if key in os.environ:
+            return int(os.environ[key]) == 0
+    return True
 
 
 def _refuse(error: UserError) -> None:

@@ -12,28 +12,35 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
-import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from . import ddp, resume, run_folder
 from .checkpoints import verified  # ckpt_path/resume: weights_only=True, an unsafe file is one line
-from .errors import find_user_error, one_line_message
-from .callbacks.nonfinite import NonFiniteLossError
-from .callbacks.preemption import preemption_signal
-from .utils.checkpoint_io import CheckpointWriteError
+from .errors import CheckpointWriteError, NonFiniteLossError, find_user_error, one_line_message
 from .paths import CONF_DIR
 from .utils.hardware import slow_bf16_warning
 from .utils.sweep import one_line, write_job_status
 from .utils.config import ConfigError, auto_tags, check_block_groups, flatten, print_config_tree
 from .utils.validate import validate_config
 
+if TYPE_CHECKING:
+    import lightning as L
+
+# Lightning (~4 s of imports on a small CPU) is imported only once the config has passed its checks, so a refused
+# command line answers in about a second (and the tests that provoke refusals stay cheap).
+
 log = logging.getLogger(__name__)
+
+
+def _rank_zero() -> bool:
+    from lightning.pytorch.utilities import rank_zero_only
+
+    return rank_zero_only.rank == 0
 
 
 def instantiate_all(group: DictConfig | None) -> list[Any]:
@@ -79,6 +86,9 @@ def prepare_loggers(cfg: DictConfig) -> None:
 
 def run(cfg: DictConfig) -> dict[str, float]:
     """Fit and test as the config says; return the final metrics (floats)."""
+    import lightning as L
+
+    ddp.install()  # before the Trainer exists: DDP ranks re-run this job's saved config (see ddp.py)
     L.seed_everything(cfg.seed, workers=True)
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     model = build_model(cfg.model)
@@ -105,6 +115,8 @@ def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, model, datamodule, metric
     if cfg.get("train"):
         trainer.fit(model, datamodule=datamodule, ckpt_path=verified(cfg.get("ckpt_path")), weights_only=True)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+        from .callbacks.preemption import preemption_signal
+
         if signame := preemption_signal(trainer):
             # The machine is going away: no test, and a sweep stops here too (resume=auto continues this job).
             log.warning(f"preempted by {signame}: not testing; continue with resume=auto (or ckpt_path=...)")
@@ -128,7 +140,7 @@ def write_metrics(run_dir: Path, metrics: dict[str, float]) -> None:
 def finish_loggers(loggers: list) -> None:
     """Close W&B after each job so that every job of a multirun sweep is its own W&B run."""
     for lg in loggers:
-        if type(lg).__name__ == "WandbLogger" and rank_zero_only.rank == 0:
+        if type(lg).__name__ == "WandbLogger" and _rank_zero():
             import wandb
 
             wandb.finish()
@@ -167,7 +179,7 @@ def _main(cfg: DictConfig) -> float | None:
         log.exception(f"job {hc.job.num} failed: {one_line(e)}")
         write_job_status(job_dir, hc.overrides.task, error=e)
         return float("nan")
-    if in_sweep and rank_zero_only.rank == 0:
+    if in_sweep and _rank_zero():
         write_job_status(job_dir, hc.overrides.task, value=value)
     return value
 
@@ -200,10 +212,10 @@ def train_job(cfg: DictConfig, hc) -> float | None:
     slow = slow_bf16_warning(cfg.trainer.get("precision"), cfg.trainer.get("accelerator", "auto"))
     if slow:
         log.warning(slow)
-    if rank_zero_only.rank == 0:
+    if _rank_zero():
         print_config_tree(cfg, save_to=Path(hc.runtime.output_dir) / "config_tree.log")
     metrics = run(cfg)
-    if rank_zero_only.rank == 0:
+    if _rank_zero():
         write_metrics(Path(hc.runtime.output_dir), metrics)
     name = cfg.get("optimized_metric")
     if name and name in metrics:
@@ -213,7 +225,6 @@ def train_job(cfg: DictConfig, hc) -> float | None:
 
 
 def main() -> None:
-    ddp.install()
     try:
         _main()
     except SystemExit as e:

@@ -78,14 +78,11 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from ..errors import NonFiniteLossError  # noqa: F401  (raised here; defined without Lightning for train.py)
+
 __all__ = ["NonFiniteGuard", "NonFiniteLossError"]
 
 log = logging.getLogger(__name__)
-
-
-class NonFiniteLossError(RuntimeError):
-    """The training loss or gradient norm was not finite (more often than ``max_skips`` allows), or an optimizer
-    step made the parameters non-finite."""
 
 
 def _fmt(x: float) -> str:

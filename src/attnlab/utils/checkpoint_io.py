@@ -16,9 +16,7 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-
-class CheckpointWriteError(RuntimeError):
-    """A checkpoint could not be written (disk full, quota, read-only); earlier checkpoints are intact."""
+from ..errors import CheckpointWriteError  # noqa: F401  (raised here; defined without Lightning for train.py)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
