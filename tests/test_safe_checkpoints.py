@@ -123,6 +123,20 @@ def test_train_resume_refuses_a_hostile_last_ckpt(tmp_path, cache_dir):
     assert_refused(proc, ckpt, marker)
 
 
+class _CallsSystem:
+    def __reduce__(self):
+        return (os.system, ("true",))  # harmless if it ever ran; the point is that it is refused by name
+
+
+def test_a_blocked_module_global_is_named_as_unsafe(tmp_path):
+    """torch words a refused global of a blocked module (os.system -> posix.system) differently from an
+    unsupported one (builtins.getattr); both are "not a safe attnlab checkpoint"."""
+    path = tmp_path / "system.ckpt"
+    torch.save({"task_class": "attnlab.tasks.causal_lm.CausalLMTask", "x": _CallsSystem()}, path)
+    with pytest.raises(CheckpointError, match=r"system.ckpt is not a safe attnlab checkpoint: .* refused \w+\.system"):
+        read_checkpoint(path)
+
+
 def test_unreadable_files_are_one_line_errors(tmp_path):
     text = tmp_path / "text.ckpt"
     text.write_text("not a checkpoint")

@@ -65,7 +65,9 @@ def _load(path: Path, map_location: Any, mmap: bool = False) -> Any:
 def _refusal(path: Path, error: Exception) -> CheckpointError:
     """The one-line CheckpointError for a file torch.load(weights_only=True) could not read."""
     text = str(error)
-    refused = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+    # torch names the refused global as "Unsupported global: GLOBAL builtins.getattr" or, for a blocked module,
+    # "unsupported GLOBAL posix.system whose module posix is blocked"
+    refused = re.search(r"unsupported (?:global: )?GLOBAL (\S+)", text, flags=re.IGNORECASE)
     if refused:
         return UnsafeCheckpointError(
             f"{path} is not a safe attnlab checkpoint: loading it with weights_only=True refused "

@@ -8,7 +8,7 @@ from helpers import compose_train
 
 from attnlab.paths import CONF_DIR
 from attnlab.utils.config import ConfigError
-from attnlab.utils.validate import config_problems, validate_config
+from attnlab.utils.validate import PRECISIONS, config_problems, validate_config
 
 
 def names(group: str) -> list[str]:
@@ -115,7 +115,22 @@ BAD = [
     (["model=tts", "data.num_utterances=0"], "data.num_utterances=0: must be a positive integer"),
     # training
     (["trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches=0: must be a positive integer"),
+    (["trainer.max_epochs=-5"], "trainer.max_epochs=-5: must be an integer >= -1 (or null)"),
+    (["trainer.max_steps=1.5"], "trainer.max_steps=1.5: must be an integer >= -1 (or null)"),
+    (["precision=17"], "trainer.precision=17: choose one of " + ", ".join(map(str, PRECISIONS))),
 ]
+
+
+def test_the_precision_list_is_lightnings():
+    import typing
+
+    from lightning.fabric.connector import _PRECISION_INPUT
+
+    def leaves(t):
+        args = typing.get_args(t)
+        return [x for a in args for x in leaves(a)] if args and not isinstance(args[0], (str, int)) else list(args)
+
+    assert sorted(map(str, leaves(_PRECISION_INPUT))) == sorted(map(str, PRECISIONS))
 
 
 @pytest.mark.parametrize("overrides,expected", BAD, ids=[" ".join(o) for o, _ in BAD])

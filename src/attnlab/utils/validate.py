@@ -70,6 +70,20 @@ def int_in(lo: int, hi: int) -> Check:
     return check
 
 
+def int_at_least(lo: int) -> Check:
+    def check(v: Any) -> str | None:
+        return None if _is_int(v) and v >= lo else f"must be an integer >= {lo}"
+
+    return check
+
+
+# Lightning's accepted precision values (lightning.fabric.connector._PRECISION_INPUT), written out here because
+# importing Lightning to read them would cost a refused command line ~4 s; tests/utils/test_validate.py checks that
+# the two lists agree.
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "transformer-engine",
+              "transformer-engine-float16", "64", "32", "16", "bf16", 64, 32, 16)
+
+
 def non_negative_number(v: Any) -> str | None:
     return None if _is_number(v) and v >= 0 else "must be a number >= 0"
 
@@ -93,7 +107,7 @@ def one_of(choices) -> Check:
     allowed = tuple(choices)
 
     def check(v: Any) -> str | None:
-        return None if v in allowed else f"choose one of {', '.join(allowed)}"
+        return None if v in allowed else f"choose one of {', '.join(map(str, allowed))}"
 
     return check
 
@@ -144,6 +158,9 @@ RULES: list[tuple[str, Check]] = [
     ("data.copy_fraction", unit_interval),
     ("data.pydoc_fraction", unit_interval),
     ("trainer.accumulate_grad_batches", positive_int),
+    ("trainer.precision", one_of(PRECISIONS)),
+    ("trainer.max_epochs", optional(int_at_least(-1))),  # -1: no limit (Lightning's convention)
+    ("trainer.max_steps", optional(int_at_least(-1))),
     # block groups (checked only for a model built from them)
     ("norm.kind", one_of(NORM_KINDS)),
     ("norm.placement", one_of(("pre", "post"))),
