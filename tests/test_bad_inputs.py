@@ -89,7 +89,13 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("args,message,names", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+# Each of these takes the same code path as a case kept in the default suite (a bad file found by the same reader,
+# after the same Lightning start-up of ~8 s) and is unit-tested in tests/data/; through train.py with `-m slow`.
+SLOW = {"tsv-empty", "tsv-folder", "text-empty", "cifar-file-not-folder", "cifar-empty-batch"}
+
+
+@pytest.mark.parametrize("args,message,names", [
+    pytest.param(*c[1:], id=c[0], marks=pytest.mark.slow if c[0] in SLOW else ()) for c in CASES])
 def test_bad_input_is_one_line_and_exit_2(args, message, names, bad, tmp_path, cache_dir, monkeypatch):
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)  # it would show the traceback on purpose
     fill = lambda s: s.replace("{bad}", str(bad))  # noqa: E731
