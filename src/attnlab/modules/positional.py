@@ -3,7 +3,16 @@
 * ``sinusoidal``: fixed sin/cos table added to the embeddings (Vaswani et al. 2017).
 * ``learned``: a trained table added to the embeddings (GPT-2, ViT).
 * ``rotary``: RoPE (Su et al. 2021), q and k rotated by position inside every self-attention layer.
+* ``alibi``: ALiBi (Press et al. 2022), a per-head linear penalty on the distance |i - j| added to the scores.
 * ``none``: nothing; the model is then equivariant to permutations of its input.
+
+Two kinds of parts:
+
+* :class:`Positions` is a stream's part (the ``pos`` config group builds one per token stream with
+  ``pos(max_len=..., d_model=..., n_heads=...)``, and ``grid=(rows, cols)`` for image patches): ``add`` puts a
+  table onto the embeddings, ``attention`` is what every self-attention layer of that stream gets.
+* :class:`AttentionPositions` is that attention-side part: ``rotate`` turns q and k (RoPE), ``score_bias`` adds
+  to the scores (ALiBi). A new relative-position scheme is one subclass of it plus a :class:`Positions` wrapper.
 """
 
 from __future__ import annotations
@@ -12,6 +21,8 @@ import math
 
 import torch
 from torch import Tensor, nn
+
+from ..utils.config import ConfigError
 
 POSITION_KINDS = ("sinusoidal", "learned", "rotary", "none")
 
@@ -26,33 +37,109 @@ def sinusoidal_table(max_len: int, dim: int) -> Tensor:
     return table
 
 
-class SinusoidalPositions(nn.Module):
-    def __init__(self, max_len: int, dim: int):
-        super().__init__()
-        self.register_buffer("table", sinusoidal_table(max_len, dim), persistent=False)
+class Positions(nn.Module):
+    """A token stream's positions; one constructor signature for every kind, so that a config group can build any
+    of them as ``pos(max_len=..., d_model=..., n_heads=...)`` (plus ``grid=(rows, cols)`` for image patches).
 
-    def forward(self, length: int, offset: int = 0) -> Tensor:  # -> (length, dim), added to (B, T, dim)
+    Base: adds nothing and gives attention nothing (that is ``none``).
+    """
+
+    def __init__(self, max_len: int, d_model: int, n_heads: int | None = None, *,
+                 grid: tuple[int, int] | None = None):
+        super().__init__()
+        self.max_len, self.d_model, self.n_heads = max_len, d_model, n_heads
+        self.grid = tuple(grid) if grid is not None else None
+
+    def add(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x: (B, T, D), the T tokens at positions ``offset`` .. ``offset + T - 1``."""
+        return x
+
+    @property
+    def attention(self) -> AttentionPositions | None:
+        """What every self-attention layer of this stream gets (None: nothing)."""
+        return None
+
+
+class NoPositions(Positions):
+    """No position information: self-attention is then permutation-equivariant (claim E4)."""
+
+
+class _TablePositions(Positions):
+    """A (max_len, D) table added to the embeddings. ``forward(length, offset)`` returns the rows (the call form the
+    models used before the ``pos`` group built parts; kept until they all call ``add``)."""
+
+    table: Tensor
+
+    def rows(self, length: int, offset: int = 0) -> Tensor:
+        if offset + length > self.table.shape[0]:
+            raise ValueError(f"position {offset + length} beyond the {type(self).__name__} table "
+                             f"({self.table.shape[0]} rows)")
         return self.table[offset : offset + length]
-
-
-class LearnedPositions(nn.Module):
-    def __init__(self, max_len: int, dim: int, init_std: float = 0.02):
-        super().__init__()
-        self.table = nn.Parameter(torch.randn(max_len, dim) * init_std)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
-        if offset + length > self.table.shape[0]:
-            raise ValueError(f"position {offset + length} beyond the learned table ({self.table.shape[0]})")
-        return self.table[offset : offset + length]
+        return self.rows(length, offset)
+
+    def add(self, x: Tensor, offset: int = 0) -> Tensor:
+        return x + self.rows(x.shape[1], offset)
 
 
-class RotaryEmbedding(nn.Module):
+class SinusoidalPositions(_TablePositions):
+    """Fixed sin/cos table (a non-persistent buffer: checkpoints hold nothing for it).
+
+    With ``grid=(rows, cols)``: the 2-D table of the ViT (rows in the first half of the channels, columns in the
+    second), preceded by ``max_len - rows·cols`` zero rows for the tokens before the patches (class token).
+    ``SinusoidalPositions(max_len, dim)`` (the older call form) is the 1-D table.
+    """
+
+    def __init__(self, max_len: int, d_model: int, n_heads: int | None = None, *,
+                 grid: tuple[int, int] | None = None):
+        super().__init__(max_len, d_model, n_heads, grid=grid)
+        if self.grid is None:
+            table = sinusoidal_table(max_len, d_model)
+        else:
+            from ..models.vit import sinusoidal_table_2d  # the ViT's 2-D table (imported late: vit imports this)
+
+            rows, cols = self.grid
+            if max_len < rows * cols:
+                raise ConfigError(f"sinusoidal positions: max_len={max_len} is smaller than the {rows}x{cols} grid "
+                                  f"of patches ({rows * cols}); max_len counts every token, patches included")
+            table = torch.cat([torch.zeros(max_len - rows * cols, d_model), sinusoidal_table_2d(rows, cols, d_model)])
+        self.register_buffer("table", table, persistent=False)
+
+
+class LearnedPositions(_TablePositions):
+    """A trained (max_len, D) table, parameter ``table``, initialised N(0, init_std²) (GPT-2, ViT). With a grid it
+    is still one row per token in patch order (as in ViT); the grid is not used."""
+
+    def __init__(self, max_len: int, d_model: int, n_heads: int | None = None, *,
+                 grid: tuple[int, int] | None = None, init_std: float = 0.02):
+        super().__init__(max_len, d_model, n_heads, grid=grid)
+        self.table = nn.Parameter(torch.randn(max_len, d_model) * init_std)
+
+
+class AttentionPositions(nn.Module):
+    """Position information that lives inside self-attention. :class:`~attnlab.modules.attention.MultiHeadAttention`
+    calls ``rotate`` on q and k (after QK-norm, before the cache stores k) and adds ``score_bias`` to the scaled
+    scores (merged into SDPA's float ``attn_mask``, so training stays on the fused kernel). Base: neither."""
+
+    def rotate(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
+        """q (B, H, T, Dh), k (B, H_kv, T, Dh): the T new positions ``offset`` .. ``offset + T - 1``."""
+        return q, k
+
+    def score_bias(self, q_pos: Tensor, k_pos: Tensor, *, dtype: torch.dtype | None = None) -> Tensor | None:
+        """(H, Tq, Tk) added to the scores of queries at absolute positions ``q_pos`` (Tq,) against keys at
+        ``k_pos`` (Tk,), or None. Positions are absolute (KV-cache offset included); with a windowed cache the keys
+        may come in ring-buffer order, which is why they are given one by one rather than as a range."""
+        return None
+
+
+class RotaryEmbedding(AttentionPositions):
     """Rotates pairs of channels of q and k by an angle proportional to the position (half-split layout)."""
 
     def __init__(self, head_dim: int, max_len: int, base: float = 10000.0):
         super().__init__()
         if head_dim % 2:
-            raise ValueError(f"rotary positions need an even head dimension, got {head_dim}")
+            raise ConfigError(f"rotary positions need an even head dimension, got {head_dim}")
         inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         angles = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)  # (max_len, Dh/2)
         self.register_buffer("cos", angles.cos(), persistent=False)
@@ -69,6 +156,85 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"position {offset + t} beyond the rotary table ({self.cos.shape[0]})")
         cos, sin = self.cos[offset : offset + t], self.sin[offset : offset + t]
         return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+
+    def rotate(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
+        return self(q, k, offset)
+
+
+def alibi_slopes(n_heads: int) -> list[float]:
+    """Press et al. 2022 (and their reference code): for n a power of two, the geometric sequence starting at
+    2^(-8/n) with ratio 2^(-8/n), i.e. slope_h = 2^(-8h/n), h = 1..n. Otherwise the slopes of the closest power of
+    two below n, followed by every other slope of the sequence for twice that power, until n slopes."""
+    def power_of_two(n: int) -> list[float]:
+        return [2 ** (-8 * h / n) for h in range(1, n + 1)]
+
+    if n_heads < 1:
+        raise ConfigError(f"ALiBi needs at least one head, got n_heads={n_heads}")
+    closest = 2 ** math.floor(math.log2(n_heads))
+    slopes = power_of_two(closest)
+    if closest < n_heads:
+        slopes += power_of_two(2 * closest)[0::2][: n_heads - closest]
+    return slopes
+
+
+class ALiBi(AttentionPositions):
+    """ALiBi: head h adds ``-slope_h · |i - j|`` to the score of query position i against key position j (absolute
+    positions, so a KV cache's offset and a sliding window's ring buffer need nothing special). No parameters; the
+    slopes are a non-persistent buffer (checkpoints hold nothing for them)."""
+
+    def __init__(self, n_heads: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.register_buffer("slopes", torch.tensor(alibi_slopes(n_heads), dtype=torch.float32), persistent=False)
+
+    def score_bias(self, q_pos: Tensor, k_pos: Tensor, *, dtype: torch.dtype | None = None) -> Tensor:
+        distance = (q_pos[:, None] - k_pos[None, :]).abs().to(self.slopes.dtype)  # (Tq, Tk)
+        bias = -self.slopes[:, None, None] * distance  # (H, Tq, Tk)
+        return bias.to(dtype) if dtype is not None else bias
+
+
+def _no_grid(kind: str, grid) -> None:
+    if grid is not None:
+        raise ConfigError(f"pos={kind} is a 1-D sequence position; patches sit on a 2-D grid: "
+                          f"use learned, sinusoidal or none")
+
+
+def _head_dim(kind: str, d_model: int, n_heads: int | None) -> int:
+    if not n_heads or n_heads < 1 or d_model % n_heads:
+        raise ConfigError(f"pos={kind} needs d_model divisible by n_heads, got d_model={d_model}, n_heads={n_heads}")
+    return d_model // n_heads
+
+
+class RotaryPositions(Positions):
+    """RoPE: nothing added to the embeddings; every self-attention layer rotates q and k (one shared table)."""
+
+    def __init__(self, max_len: int, d_model: int, n_heads: int, *, grid: tuple[int, int] | None = None,
+                 base: float = 10000.0):
+        _no_grid("rotary", grid)
+        super().__init__(max_len, d_model, n_heads)
+        head_dim = _head_dim("rotary", d_model, n_heads)
+        if head_dim % 2:
+            raise ConfigError(f"pos=rotary needs an even head dimension, but d_model={d_model} / n_heads={n_heads} "
+                              f"= {head_dim}; change d_model or n_heads")
+        self.rotary = RotaryEmbedding(head_dim, max_len, base)
+
+    @property
+    def attention(self) -> RotaryEmbedding:
+        return self.rotary
+
+
+class ALiBiPositions(Positions):
+    """ALiBi: nothing added to the embeddings; every self-attention layer adds the per-head distance penalty."""
+
+    def __init__(self, max_len: int, d_model: int, n_heads: int, *, grid: tuple[int, int] | None = None):
+        _no_grid("alibi", grid)
+        super().__init__(max_len, d_model, n_heads)
+        _head_dim("alibi", d_model, n_heads)
+        self.alibi = ALiBi(n_heads)
+
+    @property
+    def attention(self) -> ALiBi:
+        return self.alibi
 
 
 def build_additive_positions(kind: str, max_len: int, dim: int) -> nn.Module | None:
