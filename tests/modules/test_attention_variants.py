@@ -336,6 +336,25 @@ def test_training_forward_stays_on_sdpa(variant, monkeypatch):
     assert explicit == [1]
 
 
+@pytest.mark.parametrize("variant", ["mha", "gqa", "alibi", "window", "all"])
+def test_variants_reach_the_fused_cpu_kernel(variant):
+    """Not SDPA's O(N²) math fallback either: e.g. a 3-D float mask (H, T, T) sends CPU SDPA there, a 4-D one does
+    not. (Attention dropout > 0 takes the math kernel on CPU for every variant, plain MHA included: a torch limit.)"""
+    from torch.profiler import ProfilerActivity, profile
+
+    kw = dict(TRAIN_VARIANTS[variant])
+    if "positions" in kw:
+        kw["positions"] = make_positions(kw["positions"])
+    attn = make(**kw).train()
+    x = torch.randn(B, T, D, requires_grad=True)
+    for kpm in (None, padding_mask([T, 5, 3], T)):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            attn(x, key_padding_mask=kpm, is_causal=True).sum().backward()
+        kernels = {e.key for e in prof.key_averages() if e.key.startswith("aten::_scaled_dot_product")}
+        assert kernels == {"aten::_scaled_dot_product_flash_attention_for_cpu",
+                           "aten::_scaled_dot_product_flash_attention_for_cpu_backward"}
+
+
 # --------------------------------------------------------------------------- refusals
 
 

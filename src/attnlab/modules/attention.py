@@ -305,13 +305,16 @@ class MultiHeadAttention(nn.Module):
         device = q.device
         bias = None
         need_window = self.window is not None and tk > self.window  # else every key is within the window anyway
+        # only a positions part that overrides score_bias (ALiBi, not RoPE) needs the positions at every step
+        need_bias = self.positions is not None and type(self.positions).score_bias is not AttentionPositions.score_bias
         k_pos = q_pos = None
         held_fewer = key_order is not None or end > tk  # a windowed cache no longer holds every position
-        if held_fewer or need_window or (self.positions is not None and not self.is_cross):
+        if held_fewer or need_window or need_bias:
             k_pos = key_order if key_order is not None else torch.arange(end - tk, end, device=device)
             q_pos = torch.arange(end - tq, end, device=device)
-        if self.positions is not None and not self.is_cross:
-            bias = self.positions.score_bias(q_pos, k_pos, dtype=q.dtype)
+        if need_bias:
+            # (1, H, Tq, Tk): SDPA on CPU sends a 3-D float mask to its O(N²) math kernel, a 4-D one to flash
+            bias = self.positions.score_bias(q_pos, k_pos, dtype=q.dtype)[None]
         if held_fewer:  # masks given over every position so far: keep the columns of the keys still held
             attn_mask = self._held_columns(attn_mask, k_pos, end, "attn_mask")
             key_padding_mask = self._held_columns(key_padding_mask, k_pos, end, "key_padding_mask")
