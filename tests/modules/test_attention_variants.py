@@ -377,6 +377,11 @@ def test_positions_on_cross_attention_is_a_bug_not_a_config():
         MultiHeadAttention(D, H, kv_dim=16, positions=ALiBi(H))
 
 
+def test_alibi_built_for_other_heads_is_a_bug():
+    with pytest.raises(ValueError, match="ALiBi was built for 8 heads, this attention has n_heads=4"):
+        MultiHeadAttention(D, H, positions=ALiBi(8))
+
+
 def test_rotary_keyword_is_an_alias_of_positions():
     rope = RotaryEmbedding(DH, 16)
     a, b = make(rotary=rope), make(positions=rope)

@@ -52,7 +52,8 @@ class KVCache:
         self.k = torch.empty(shape, dtype=dtype, device=device)
         self.v = torch.empty(shape, dtype=dtype, device=device)
         self.length = 0
-        # positions of the keys the last `update` returned, when not in order (the ring after it wrapped), else None
+        # absolute positions of the keys the last `append` returned when they are not in order (a wrapped ring,
+        # one new token: slot order), else None (in order, ending at `length`)
         self.key_order: Tensor | None = None
 
     @property
@@ -70,8 +71,9 @@ class KVCache:
         return self.k.nbytes + self.v.nbytes
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store k, v (B, H, t, Dh) after the cached ones; return the keys and values the t new queries attend to
-        (all so far; for a windowed cache the last ``window - 1`` before the new ones, and the new ones)."""
+        """Store k, v (B, H, t, Dh) after the cached ones; return the keys and values the t new queries may attend
+        to: all so far for a plain cache; for a windowed one at least the last ``window - 1`` positions before the
+        new ones, and the new ones (the attention's window mask hides any older key)."""
         t = k.shape[2]
         if k.dtype != self.k.dtype:  # the first write decides the dtype (e.g. bf16 under autocast)
             self.k, self.v = self.k.to(k.dtype), self.v.to(v.dtype)
@@ -186,6 +188,9 @@ class MultiHeadAttention(nn.Module):
         if positions is not None and rotary is not None and positions is not rotary:
             raise ValueError("give positions= or its older name rotary=, not both")
         positions = positions if positions is not None else rotary
+        if getattr(positions, "n_heads", n_heads) != n_heads:
+            raise ValueError(f"{type(positions).__name__} was built for {positions.n_heads} heads, "
+                             f"this attention has n_heads={n_heads}")
         if positions is not None and kv_dim is not None:
             raise ValueError("attention-side positions (rotary, ALiBi) apply to self-attention only")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
