@@ -45,7 +45,8 @@ def paper_slopes(n: int) -> list[float]:
     if math.log2(n).is_integer():
         return get_slopes_power_of_2(n)
     closest_power_of_2 = 2 ** math.floor(math.log2(n))
-    return get_slopes_power_of_2(closest_power_of_2) + paper_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2]
+    return (get_slopes_power_of_2(closest_power_of_2)
+            + paper_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2])
 
 
 def test_alibi_slopes_power_of_two_are_the_geometric_sequence():
