@@ -208,8 +208,8 @@ def _head_dim(kind: str, d_model: int, n_heads: int | None) -> int:
 class RotaryPositions(Positions):
     """RoPE: nothing added to the embeddings; every self-attention layer rotates q and k (one shared table)."""
 
-    def __init__(self, max_len: int, d_model: int, n_heads: int, *, grid: tuple[int, int] | None = None,
-                 base: float = 10000.0):
+    def __init__(self, max_len: int, d_model: int, n_heads: int, base: float = 10000.0, *,
+                 grid: tuple[int, int] | None = None):
         _no_grid("rotary", grid)
         super().__init__(max_len, d_model, n_heads)
         head_dim = _head_dim("rotary", d_model, n_heads)
