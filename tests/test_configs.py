@@ -15,7 +15,7 @@ from attnlab.modules.feedforward import FeedForward
 from attnlab.modules.moe import MixtureOfExperts
 from attnlab.paths import CONF_DIR
 from attnlab.train import build_model
-from attnlab.utils.config import ConfigError, check_block_groups
+from attnlab.utils.config import ConfigError, check_block_groups, used_groups
 
 GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in ("local", "hydra"))
 
@@ -60,9 +60,9 @@ ACTS = {"relu": torch.nn.ReLU, "gelu": torch.nn.GELU, "swiglu": torch.nn.SiLU}
 def test_block_groups_reach_every_block(norm, ffn, moe, tmp_path):
     cfg = compose_train(["model=causal_lm", f"norm={norm}", f"ffn={ffn}", f"moe={moe}", "model.net.n_layers=3"], tmp_path)
     net = build_model(cfg.model).net
-    assert len(net.blocks) == 3
+    assert len(net.decoder.layers) == 3
     norm_type, placement = NORMS[norm]
-    for block in net.blocks:
+    for block in net.decoder.layers:
         assert isinstance(block, EncoderBlock) and block.placement == placement
         assert isinstance(block.sa_norm, norm_type) and isinstance(block.ffn_norm, norm_type)
         experts = list(block.ffn.experts) if moe == "on" else [block.ffn]
@@ -72,14 +72,25 @@ def test_block_groups_reach_every_block(norm, ffn, moe, tmp_path):
         for e in experts:
             assert isinstance(e, FeedForward) and isinstance(e.activation, ACTS[ffn])
             assert (e.gate_proj is not None) == (ffn == "swiglu")
-    assert isinstance(net.final_norm, torch.nn.Identity) == (norm == "post")
+    assert isinstance(net.decoder.final_norm, torch.nn.Identity) == (norm == "post")
+
+
+@pytest.mark.parametrize("model, uses", [
+    ("causal_lm", ["norm", "ffn", "moe", "attn", "pos"]), ("vit", ["norm", "ffn", "moe", "attn", "pos"]),
+    ("tts", ["norm", "ffn", "moe", "attn"]), ("seq2seq_attention", []), ("seq2seq_baseline", []),
+    ("sequence_classifier", ["norm", "ffn", "moe", "attn", "pos"])])
+def test_the_groups_a_model_uses_are_derived_from_its_config(model, uses, tmp_path):
+    """From the groups its net interpolates (no hand-kept list); the classifier narrows them by its encoder."""
+    assert used_groups(compose_train([f"model={model}"], tmp_path)) == uses
+    rnn = compose_train(["model=sequence_classifier", "model.encoder=rnn"], tmp_path)
+    assert used_groups(rnn) == []
 
 
 def test_group_override_for_a_model_not_built_from_it_is_refused(tmp_path):
-    cfg = compose_train(["model=causal_lm", "model.uses_groups=[pos]", "norm=rms"], tmp_path)
-    with pytest.raises(ConfigError, match="norm= does not apply to model=causal_lm"):
-        check_block_groups(cfg, ["model.uses_groups=[pos]", "norm=rms"])
-    check_block_groups(cfg, ["pos=rotary"])  # a group it uses is fine
+    cfg = compose_train(["model=tts", "pos=rotary"], tmp_path)
+    with pytest.raises(ConfigError, match="pos= does not apply to model=tts"):
+        check_block_groups(cfg, ["model=tts", "pos=rotary"])
+    check_block_groups(cfg, ["attn=gqa", "norm=rms"])  # groups it uses are fine
 
 
 def test_cli_unknown_option_lists_choices_exit_2(tmp_path):
@@ -99,9 +110,9 @@ def test_cli_unknown_key_exit_2_and_a_traceback_on_request(tmp_path):
 
 
 def test_cli_inapplicable_group_gets_one_line_error(tmp_path):
-    out = run_cli(["model=causal_lm", "model.uses_groups=[pos]", "ffn=swiglu", f"hydra.run.dir={tmp_path}/run"], timeout=120)
+    out = run_cli(["model=seq2seq_attention", "attn=gqa", f"hydra.run.dir={tmp_path}/run"], timeout=120)
     assert out.returncode == 2
-    assert "ffn= does not apply to model=causal_lm" in out.stdout
+    assert "attn= does not apply to model=seq2seq_attention" in out.stdout
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
@@ -115,7 +126,7 @@ def test_every_model_builds_under_the_debug_presets(model, tmp_path):
 
 @pytest.mark.parametrize("model", ["causal_lm", "transformer_mt", "transformer_nat", "vit", "tts", "sequence_classifier"])
 def test_scaled_false_reaches_every_attention_of_every_transformer(model, tmp_path):
-    """model.net.scaled=false (claim E3's unscaled dot products) reaches every attention, self and cross."""
+    """attn.scaled=false (claim E3's unscaled dot products) reaches every attention, self and cross."""
     def scales(*overrides: str) -> set[float]:
         net = build_model(compose_train([f"model={model}", "debug=fast", *overrides], tmp_path).model).net
         found = [m.scale for m in net.modules() if isinstance(m, MultiHeadAttention)]
@@ -124,4 +135,4 @@ def test_scaled_false_reaches_every_attention_of_every_transformer(model, tmp_pa
 
     head_dim = 32 // 2  # debug=fast: d_model 32, 2 heads
     assert scales() == {round(head_dim**-0.5, 6)}
-    assert scales("model.net.scaled=false") == {1.0}
+    assert scales("attn.scaled=false") == {1.0}

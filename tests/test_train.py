@@ -39,7 +39,7 @@ def test_fast_run_trains_checkpoints_maps_and_measures(tmp_path, cache_dir):
     assert all(0 < m < 1 for m in column(rows, "perf/mfu"))
     assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
     maps = sorted((tmp_path / "attention_maps").glob("epoch*/*.png"))
-    assert {p.name for p in maps} == {"net.blocks.0.self_attn.png", "net.blocks.1.self_attn.png"}
+    assert {p.name for p in maps} == {"net.decoder.layers.0.self_attn.png", "net.decoder.layers.1.self_attn.png"}
     assert len({p.parent for p in maps}) == 2  # one folder per validation epoch
 
 

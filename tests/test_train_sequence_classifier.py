@@ -10,7 +10,7 @@ import torch
 from helpers import compose_train
 
 from attnlab.train import run
-from attnlab.utils.config import ConfigError, check_block_groups
+from attnlab.utils.config import ConfigError, check_block_groups, used_groups
 
 QUIET = ["callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false", "logger=csv"]
 
@@ -32,9 +32,9 @@ def test_fast_run_writes_accuracy_by_distance(encoder, tmp_path):
 
 
 def test_block_groups_apply_to_the_attention_encoder_only(tmp_path):
-    for encoder, uses in (("attention", ["norm", "ffn", "moe", "pos"]), ("rnn", []), ("cnn", [])):
+    for encoder, uses in (("attention", ["norm", "ffn", "moe", "attn", "pos"]), ("rnn", []), ("cnn", [])):
         cfg = compose_train(["model=sequence_classifier", f"model.encoder={encoder}"], tmp_path)
-        assert list(cfg.model.uses_groups) == uses
+        assert used_groups(cfg) == uses
     check_block_groups(cfg, ["model.encoder=cnn", "trainer.max_epochs=1"])
     with pytest.raises(ConfigError, match="norm= does not apply to model=sequence_classifier"):
         check_block_groups(cfg, ["model.encoder=cnn", "norm=rms"])

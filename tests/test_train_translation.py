@@ -51,7 +51,7 @@ def test_run_logs_translation_metrics_maps_and_tables(trained):
     ratios = [float(r["train/sampling_ratio"]) for r in csv.DictReader(open(log)) if r.get("train/sampling_ratio")]
     assert ratios and ratios[-1] > ratios[0] > 0  # the linear schedule ran (two-pass scheduled sampling)
     maps = {p.name for p in out.glob("attention_maps/epoch*/*.png")}
-    assert {"net.encoder.0.self_attn.png", "net.decoder.0.self_attn.png", "net.decoder.0.cross_attn.png"} <= maps
+    assert {"net.encoder.layers.0.self_attn.png", "net.decoder.layers.0.self_attn.png", "net.decoder.layers.0.cross_attn.png"} <= maps
     (table,) = out.glob("translations/epoch*.tsv")
     rows = table.read_text().splitlines()
     assert rows[0] == "source\treference\thypothesis" and len(rows) == 1 + 8

@@ -51,12 +51,12 @@ def test_train_tts_logs_metrics_samples_and_attention_maps(tts_run):
     audio, rate = sf.read(str(out / "tts_samples" / "epoch000.wav"))
     assert rate == 22050 and audio.ndim == 1 and len(audio) > 0 and abs(audio).max() > 0.5  # peak-normalized
     (maps,) = (out / "attention_maps").glob("epoch*")
-    assert sorted(p.name for p in maps.glob("*.png")) == ["net.dec_blocks.0.cross_attn.png",
-                                                          "net.dec_blocks.1.cross_attn.png"]
+    assert sorted(p.name for p in maps.glob("*.png")) == ["net.decoder.layers.0.cross_attn.png",
+                                                          "net.decoder.layers.1.cross_attn.png"]
     (wandb_run,) = (out / "wandb").glob("offline-run-*")
     media = {p.parent.name + "/" + p.name.rsplit("_", 2)[0] for p in wandb_run.glob("files/media/**/*.*")
              if p.suffix in (".png", ".wav")}
-    assert {"tts/mel", "tts/alignment", "tts/audio", "attention/net.dec_blocks.1.cross_attn"} <= media, media
+    assert {"tts/mel", "tts/alignment", "tts/audio", "attention/net.decoder.layers.1.cross_attn"} <= media, media
     assert (out / "checkpoints" / "last.ckpt").is_file()
 
 
@@ -211,7 +211,7 @@ def test_tts_block_groups_apply_and_pos_is_refused(tmp_path):
     cfg = compose_train(["model=tts", "norm=rms", "ffn=swiglu", "moe=on", "moe.num_experts=2"], tmp_path)
     assert cfg.data._target_.endswith("EspeakDataModule")  # model=tts brings its data set
     net = build_model(cfg.model).net
-    blocks = [*net.enc_blocks, *net.dec_blocks]
+    blocks = [*net.encoder.layers, *net.decoder.layers]
     assert all(isinstance(b.sa_norm, torch.nn.RMSNorm) and isinstance(b.ffn, MixtureOfExperts) for b in blocks)
     with pytest.raises(ConfigError, match=r"pos= does not apply to model=tts"):
         check_block_groups(compose_train(["model=tts", "pos=rotary"], tmp_path), ["model=tts", "pos=rotary"])

@@ -42,12 +42,12 @@ def test_vit_fast_run_metrics_confusion_and_attention_maps(tmp_path, cache_dir):
     assert len(epochs) == 2
     for folder in epochs:
         assert sorted(p.name for p in folder.glob("*.png")) == [
-            "net.blocks.0.self_attn.png", "net.blocks.1.self_attn.png", "rollout.png"]
+            "net.encoder.layers.0.self_attn.png", "net.encoder.layers.1.self_attn.png", "rollout.png"]
 
     (wandb_run,) = (tmp_path / "wandb").glob("offline-run-*")
     # W&B stores a logged image as media/images/<key>_<step>_<hash>.png
     media = {p.parent.name + "/" + p.name.rsplit("_", 2)[0] for p in wandb_run.glob("files/media/images/**/*.png")}
-    assert media == {"attention/net.blocks.0.self_attn", "attention/net.blocks.1.self_attn", "attention/rollout",
+    assert media == {"attention/net.encoder.layers.0.self_attn", "attention/net.encoder.layers.1.self_attn", "attention/rollout",
                      "confusion_matrix/val", "confusion_matrix/test"}
 
 
@@ -60,8 +60,8 @@ def test_vit_block_groups_class_token_and_checkpoint(tmp_path, cache_dir):
     assert torch.isfinite(torch.tensor(metrics["val/loss"]))
     task = ImageClassificationTask.load_from_checkpoint(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     net = task.net
-    assert net.pool == "cls" and net.pos_spec.kind == "sinusoidal" and net.num_tokens == 17
-    assert all(isinstance(b.sa_norm, torch.nn.RMSNorm) and b.ffn.gate_proj is not None for b in net.blocks)
+    assert net.pool == "cls" and type(net.positions).__name__ == "SinusoidalPositions" and net.num_tokens == 17
+    assert all(isinstance(b.sa_norm, torch.nn.RMSNorm) and b.ffn.gate_proj is not None for b in net.encoder.layers)
     assert sorted(p.name for p in next((tmp_path / "attention_maps").glob("epoch*")).glob("*.png"))[-1] == "rollout.png"
 
 
@@ -70,15 +70,15 @@ def test_vit_with_moe_composes_and_trains_a_step(tmp_path):
 
     cfg = compose_train(["model=vit", "moe=on", "moe.num_experts=4", "model.net.n_layers=2"], tmp_path)
     task = build_model(cfg.model)
-    assert all(isinstance(b.ffn, MixtureOfExperts) and b.ffn.num_experts == 4 for b in task.net.blocks)
+    assert all(isinstance(b.ffn, MixtureOfExperts) and b.ffn.num_experts == 4 for b in task.net.encoder.layers)
     loss = torch.nn.functional.cross_entropy(task(torch.randn(4, 1, 8, 8)), torch.arange(4))
     (loss + moe_losses(task.net)["moe/loss"]).backward()
-    assert task.net.blocks[0].ffn.router.weight.grad is not None
+    assert task.net.encoder.layers[0].ffn.router.weight.grad is not None
 
 
 def test_vit_refuses_rotary_positions(tmp_path):
     cfg = compose_train(["model=vit", "pos=rotary"], tmp_path)
-    with pytest.raises(InstantiationException, match="pos=rotary .* not meaningful for the Vision Transformer"):
+    with pytest.raises(InstantiationException, match="pos=rotary is a 1-D sequence position; patches sit on a 2-D"):
         build_model(cfg.model)
 
 

@@ -25,7 +25,7 @@ from .errors import CheckpointWriteError, NonFiniteLossError, find_user_error, o
 from .paths import CONF_DIR
 from .utils.hardware import slow_bf16_warning
 from .utils.sweep import one_line, write_job_status
-from .utils.config import ConfigError, auto_tags, check_block_groups, flatten, print_config_tree
+from .utils.config import ConfigError, auto_tags, check_block_groups, flatten, print_config_tree, used_groups
 from .utils.validate import validate_config
 
 if TYPE_CHECKING:
@@ -64,9 +64,9 @@ def drop_callbacks_needing_a_logger(callbacks: list, loggers: list) -> list:
 
 def build_model(model_cfg: DictConfig) -> L.LightningModule:
     cfg = OmegaConf.to_container(model_cfg, resolve=True)
-    # describe the model for train.py, not constructor arguments: its name, the block groups it is built from, and
-    # `shortcuts`, keys like `model.attention` that exist only to be interpolated into `net` from the command line
-    for meta in ("name", "uses_groups", "shortcuts", *(cfg.get("shortcuts") or [])):
+    # describe the model for train.py, not constructor arguments: its name, and `shortcuts`, keys like
+    # `model.attention` that exist only to be interpolated into `net` from the command line
+    for meta in ("name", "shortcuts", *(cfg.get("shortcuts") or [])):
         cfg.pop(meta, None)
     # plain dicts, not DictConfigs, reach the task: its saved hyper-parameters then load with weights_only=True
     return hydra.utils.instantiate(cfg, _convert_="all")
@@ -81,7 +81,8 @@ def prepare_loggers(cfg: DictConfig) -> None:
     with open_dict(cfg):
         wb.tags = wb.tags or tags
         wb.group = wb.group or cfg.get("experiment_name") or str(cfg.model.get("name"))
-        wb.name = wb.name or "-".join(t.split("=")[-1] for t in tags[: 1 + len(cfg.model.get("uses_groups") or [])])
+        groups = tuple(f"{g}=" for g in used_groups(cfg))  # run name: the model and its group choices
+        wb.name = wb.name or "-".join([tags[0]] + [t.split("=")[-1] for t in tags[1:] if t.startswith(groups)])
 
 
 def run(cfg: DictConfig) -> dict[str, float]:

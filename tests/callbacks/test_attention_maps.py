@@ -86,9 +86,9 @@ def test_maps_per_module_every_n_epochs_and_fast_path_kept(tmp_path):
     assert _dirs(tmp_path / "maps1") == ["epoch000-step000002", "epoch001-step000004"]
     assert _dirs(tmp_path / "maps2") == ["epoch001-step000004"]
     for epoch_dir in _dirs(tmp_path / "maps1"):
-        assert _dirs(tmp_path / "maps1" / epoch_dir) == ["model.blocks.0.self_attn.png", "model.blocks.1.self_attn.png"]
-    assert [p.name for p in every1.last_paths] == ["model.blocks.0.self_attn.png", "model.blocks.1.self_attn.png"]
-    assert [p.name for p in every2.last_paths] == ["model.blocks.0.self_attn.png"]
+        assert _dirs(tmp_path / "maps1" / epoch_dir) == ["model.decoder.layers.0.self_attn.png", "model.decoder.layers.1.self_attn.png"]
+    assert [p.name for p in every1.last_paths] == ["model.decoder.layers.0.self_attn.png", "model.decoder.layers.1.self_attn.png"]
+    assert [p.name for p in every2.last_paths] == ["model.decoder.layers.0.self_attn.png"]
     assert all(p.exists() for p in every1.last_paths + every2.last_paths)
     assert mpimg.imread(every2.last_paths[0]).ndim == 3
 
@@ -99,10 +99,10 @@ def test_maps_per_module_every_n_epochs_and_fast_path_kept(tmp_path):
 
     # Rendering directly restores each submodule's mode (training here, one submodule deliberately in eval).
     module.train()
-    module.model.blocks[1].eval()
+    module.model.decoder.layers[1].eval()
     paths = every1.render(trainer, module)
     assert len(paths) == 2
-    assert module.training and module.model.blocks[0].training and not module.model.blocks[1].training
+    assert module.training and module.model.decoder.layers[0].training and not module.model.decoder.layers[1].training
     assert all(not m.return_weights for m in module._attn().values())
 
 
@@ -126,7 +126,7 @@ class DictSampleLM(TinyLM):
         return {
             "inputs": {"ids": self.sample_ids},
             "x_labels": labels, "y_labels": labels,
-            "labels": {"model.blocks.1.": ([f"q{i}" for i in range(len(labels))], labels)},
+            "labels": {"model.decoder.layers.1.": ([f"q{i}" for i in range(len(labels))], labels)},
         }
 
 
@@ -147,4 +147,4 @@ def test_logs_images_to_wandb_offline(tmp_path, monkeypatch):
     pngs = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "files" / "media" / "images" / "**" / "*.png"),
                      recursive=True)
     assert len(pngs) == 2, pngs
-    assert any("blocks.0" in p for p in pngs) and any("blocks.1" in p for p in pngs)
+    assert any("layers.0" in p for p in pngs) and any("layers.1" in p for p in pngs)

@@ -72,7 +72,7 @@ def make_lm(vocab: int, seed: int = 0, scale: float = 20.0, max_len: int = 32) -
     model = CausalLM(vocab, d_model=32, n_layers=2, n_heads=4, max_len=max_len, dropout=0.0, tie_embeddings=False)
     with torch.no_grad():  # peaked (not near-uniform) logits, untied so a token does not just predict itself
         model.embed.weight.mul_(scale)
-        model.lm_head.weight.mul_(scale)
+        model.head.weight.mul_(scale)
     return model.eval()
 
 

@@ -9,9 +9,10 @@ from torch import Tensor
 
 from attnlab.decoding import CausalLMStepper, Stepper, filter_logits, generate, sample_next
 from attnlab.models.causal_lm import CausalLM
+from attnlab.modules.parts import load_part
 
 V = 40
-MOE_ON = dict(name="on", enabled=True, num_experts=4, top_k=2)
+MOE_ON = load_part("moe", "on", num_experts=4, top_k=2)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -221,12 +222,12 @@ def test_zero_new_tokens_returns_prefix():
 def make_lm(pos: str = "learned", moe: dict | None = None, max_len: int = 16, seed: int = 0) -> CausalLM:
     torch.manual_seed(seed)
     model = CausalLM(V, d_model=32, n_layers=2, n_heads=4, max_len=max_len, dropout=0.0,
-                     pos=dict(name=pos, kind=pos), moe=moe, tie_embeddings=False)
+                     pos=load_part("pos", pos), moe=moe, tie_embeddings=False)
     with torch.no_grad():
         # Sharpen the logits: init std 0.02 leaves them almost uniform, so argmaxes would be near-ties decided by
         # float noise. Untied, so that a large embedding does not just make every token predict itself.
         model.embed.weight.mul_(20)
-        model.lm_head.weight.mul_(20)
+        model.head.weight.mul_(20)
     return model.eval()
 
 

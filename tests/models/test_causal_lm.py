@@ -10,17 +10,18 @@ from torch import nn
 from attnlab.models.causal_lm import CausalLM
 from attnlab.modules.attention import KVCache
 from attnlab.modules.moe import MixtureOfExperts, moe_losses
+from attnlab.modules.parts import load_part
 
 V = 50
 POS_KINDS = ["learned", "rotary", "sinusoidal", "none"]
-MOE_ON = dict(name="on", enabled=True, num_experts=4, top_k=2)
+MOE_ON = load_part("moe", "on", num_experts=4, top_k=2)
 
 
 def make_lm(pos="learned", moe=None, seed=0, **kw) -> CausalLM:
     torch.manual_seed(seed)
     cfg = dict(vocab_size=V, d_model=32, n_layers=2, n_heads=4, max_len=24, dropout=0.0)
     cfg.update(kw)
-    return CausalLM(**cfg, pos=dict(name=pos, kind=pos), moe=moe).eval()
+    return CausalLM(**cfg, pos=load_part("pos", pos), moe=moe).eval()
 
 
 def ids(b=2, t=10, seed=1):
@@ -30,9 +31,9 @@ def ids(b=2, t=10, seed=1):
 def test_logits_shape_and_tying():
     model = make_lm()
     assert model(ids(3, 7)).shape == (3, 7, V)
-    assert model.lm_head.weight is model.embed.weight
+    assert model.head.weight is model.embed.weight
     untied = make_lm(tie_embeddings=False)
-    assert untied.lm_head.weight is not untied.embed.weight
+    assert untied.head.weight is not untied.embed.weight
     assert untied(ids(3, 7)).shape == (3, 7, V)
 
 
@@ -123,11 +124,11 @@ def test_num_params_counts():
 def test_moe_params_and_active_params(top_k):
     n_experts = 4
     dense = make_lm("rotary")
-    moe = make_lm("rotary", dict(name="on", enabled=True, num_experts=n_experts, top_k=top_k))
+    moe = make_lm("rotary", load_part("moe", "on", num_experts=n_experts, top_k=top_k))
     layers = [m for m in moe.modules() if isinstance(m, MixtureOfExperts)]
     assert len(layers) == moe.n_layers
     per_expert = sum(p.numel() for p in layers[0].experts[0].parameters())
-    ffn_dense = sum(p.numel() for p in dense.blocks[0].ffn.parameters())
+    ffn_dense = sum(p.numel() for p in dense.decoder.layers[0].ffn.parameters())
     assert per_expert == ffn_dense
     router = 32 * n_experts
     L = moe.n_layers

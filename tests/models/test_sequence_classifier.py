@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from attnlab.models.sequence_classifier import SequenceClassifier
+from attnlab.modules.parts import load_part
+from attnlab.modules.positional import RotaryEmbedding, RotaryPositions
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -53,10 +55,13 @@ def test_rnn_and_attention_outputs_see_the_whole_past():
 
 
 def test_block_groups_reach_the_attention_encoder_only():
-    net = make("attention", norm={"name": "rms", "kind": "rmsnorm", "placement": "pre"}, pos={"kind": "rotary"})
-    assert all(isinstance(b.sa_norm, torch.nn.RMSNorm) for b in net.encoder.blocks)
-    assert net.encoder.positions is None and net.encoder.blocks[0].self_attn.rotary is not None
-    assert not any(isinstance(m, torch.nn.RMSNorm) for m in make("cnn", norm={"kind": "rmsnorm"}).modules())
+    net = make("attention", norm=load_part("norm", "rms"), pos=load_part("pos", "rotary"))
+    assert all(isinstance(b.sa_norm, torch.nn.RMSNorm) for b in net.encoder.layers)
+    # rotary adds nothing to the embeddings: it lives in every self-attention
+    assert isinstance(net.encoder.positions, RotaryPositions)
+    assert isinstance(net.encoder.positions.attention, RotaryEmbedding)
+    assert all(b.self_attn.positions is net.encoder.positions.attention for b in net.encoder.layers)
+    assert not any(isinstance(m, torch.nn.RMSNorm) for m in make("cnn", norm=load_part("norm", "rms")).modules())
 
 
 def test_bad_choices_fail_clearly():

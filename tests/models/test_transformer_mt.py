@@ -10,8 +10,11 @@ from attnlab.decoding import beam_search
 from attnlab.models.transformer_mt import TransformerMT
 from attnlab.modules.block import DecoderBlock
 from attnlab.modules.moe import MixtureOfExperts
+from attnlab.modules.parts import load_part
 
 V, BOS, EOS, PAD = 40, 1, 2, 0
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: a second thread only contends
 
 
 def tiny(**kw) -> TransformerMT:
@@ -30,7 +33,7 @@ def batch(B=3, S=7, seed=1):
 
 @pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rotary", "none"])
 def test_cached_and_recomputed_steps_equal_teacher_forcing(pos):
-    net = tiny(pos={"kind": pos})
+    net = tiny(pos=load_part("pos", pos))
     src, mask = batch()
     tgt = torch.cat([torch.full((3, 1), BOS), torch.randint(4, V, (3, 6))], dim=1)
     full = net(src, mask, tgt)  # (B, T, V)
@@ -64,15 +67,17 @@ def test_beam_one_equals_greedy_argmax_loop():
 
 
 def test_groups_reach_encoder_and_decoder_and_embeddings_are_tied():
-    net = tiny(norm={"kind": "rmsnorm", "placement": "pre"}, ffn={"activation": "swiglu"},
-               moe={"enabled": True, "num_experts": 4, "top_k": 2})
-    assert all(isinstance(b, DecoderBlock) for b in net.decoder)
-    assert not any(isinstance(b, DecoderBlock) for b in net.encoder)
-    for b in [*net.encoder, *net.decoder]:
+    net = tiny(norm=load_part("norm", "rms"), ffn=load_part("ffn", "swiglu"),
+               moe=load_part("moe", "on", num_experts=4, top_k=2))
+    assert all(isinstance(b, DecoderBlock) for b in net.decoder.layers)
+    assert not any(isinstance(b, DecoderBlock) for b in net.encoder.layers)
+    for b in [*net.encoder.layers, *net.decoder.layers]:
         assert isinstance(b.ffn, MixtureOfExperts) and isinstance(b.sa_norm, torch.nn.RMSNorm)
-    assert net.out_proj.weight is net.embed.weight
-    assert tiny(tie_embeddings=False).out_proj.weight is not tiny(tie_embeddings=False).embed.weight
-    assert len(tiny(n_encoder_layers=1, n_decoder_layers=3).decoder) == 3
+    assert isinstance(net.encoder.final_norm, torch.nn.RMSNorm) and isinstance(net.decoder.final_norm, torch.nn.RMSNorm)
+    assert net.head.weight is net.embed.weight
+    assert tiny(tie_embeddings=False).head.weight is not tiny(tie_embeddings=False).embed.weight
+    deep = tiny(n_encoder_layers=1, n_decoder_layers=3)
+    assert len(deep.encoder.layers) == 1 and len(deep.decoder.layers) == 3
 
 
 def fit(net, src, mask, tgt, steps: int) -> float:
@@ -89,11 +94,10 @@ def fit(net, src, mask, tgt, steps: int) -> float:
     return loss.item()
 
 
-@pytest.mark.parametrize("norm", [{"kind": "layernorm", "placement": "pre"}, {"kind": "layernorm",
-                                  "placement": "post"}, {"kind": "rmsnorm", "placement": "pre"}])
+@pytest.mark.parametrize("norm", ["pre", "post", "rms"])
 def test_overfits_a_tiny_reversal_batch(norm):
     """Reverse 8 random sequences: needs cross-attention to the right source position (loss from ~3.7 to < 0.1)."""
-    net = tiny(norm=norm).train()
+    net = tiny(norm=load_part("norm", norm)).train()
     g = torch.Generator().manual_seed(0)
     src = torch.randint(4, V, (8, 6), generator=g)
     mask = torch.ones_like(src, dtype=torch.bool)

@@ -15,7 +15,7 @@ from attnlab.decoding.tts import TTSStepper, generate_mel
 from attnlab.models.tts import TransformerTTS
 from attnlab.modules.guided_attention import guided_attention_loss
 
-TINY = dict(vocab_size=50, d_model=32, n_heads=2, n_enc_layers=2, n_dec_layers=2, dec_prenet_dim=32,
+TINY = dict(vocab_size=50, d_model=32, n_heads=2, n_encoder_layers=2, n_decoder_layers=2, dec_prenet_dim=32,
             postnet_channels=16, dropout=0.0)
 
 
@@ -47,7 +47,7 @@ def test_shapes_reduction_and_decoder_inputs():
     assert inputs.shape == (2, 5, 80) and (inputs[:, 0] == 0).all()
     assert torch.equal(inputs[:, 1], mel[:, 2]) and torch.equal(inputs[:, 4], mel[:, 11])
     # only the asked-for layers took the explicit path; the others kept SDPA
-    assert model.dec_blocks[0].cross_attn.weights is None and not model.dec_blocks[1].cross_attn.return_weights
+    assert model.decoder.layers[0].cross_attn.weights is None and not model.decoder.layers[1].cross_attn.return_weights
 
 
 def test_incremental_decoding_equals_teacher_forcing():
@@ -91,12 +91,12 @@ def test_generate_stops_and_bounds_length():
     model = TransformerTTS(**TINY, reduction=2).eval()
     text, tl = torch.randint(2, 50, (2, 5)), torch.tensor([5, 3])
     with torch.no_grad():
-        model.stop_proj.bias.fill_(-20.0)  # never stops: cut at 4 frames per char + 20
+        model.stop_head.bias.fill_(-20.0)  # never stops: cut at 4 frames per char + 20
     gen = generate_mel(model, text, tl, max_frames_per_char=4.0)
     assert gen.lengths.tolist() == [40, 32] and not gen.stopped.any()
     assert (gen.mel[1, 32:] == 0).all() and gen.attention[0].shape[2] == 20
     with torch.no_grad():
-        model.stop_proj.bias.copy_(torch.tensor([-20.0, 20.0]))  # the second frame of the first step fires
+        model.stop_head.bias.copy_(torch.tensor([-20.0, 20.0]))  # the second frame of the first step fires
     gen = generate_mel(model, text, tl)
     assert gen.lengths.tolist() == [2, 2] and gen.stopped.all() and gen.steps.tolist() == [1, 1]
 

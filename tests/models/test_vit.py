@@ -6,7 +6,11 @@ from attnlab.models.vit import PatchEmbedding, VisionTransformer, sinusoidal_tab
 from attnlab.modules.block import EncoderBlock
 from attnlab.modules.feedforward import FeedForward
 from attnlab.modules.moe import MixtureOfExperts
+from attnlab.modules.parts import load_part
+from attnlab.modules.positional import LearnedPositions, NoPositions, SinusoidalPositions
 from attnlab.utils.config import ConfigError
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: a second thread only contends
 
 
 def tiny(**kw) -> VisionTransformer:
@@ -65,7 +69,8 @@ def test_class_token_pool():
     images = torch.randn(2, 1, 8, 8)
     tokens = net.features(images)
     assert tokens.shape == (2, 17, 16) and net.num_tokens == 17
-    assert net.pos_embed.shape == (1, 17, 16)  # learned positions for the class token too
+    # learned positions for the class token too
+    assert isinstance(net.positions.table, torch.nn.Parameter) and net.positions.table.shape == (17, 16)
     torch.testing.assert_close(net(images), net.head(tokens[:, 0]))
     with pytest.raises(ValueError, match="unknown pool"):
         tiny(pool="max")
@@ -84,8 +89,10 @@ def test_sinusoidal_2d_table_rows_and_columns():
 @pytest.mark.parametrize("kind", ["learned", "sinusoidal", "none"])
 def test_position_kinds(kind):
     torch.manual_seed(0)
-    net = tiny(pos={"name": kind, "kind": kind})
-    assert (net.pos_embed is not None) == (kind == "learned")
+    net = tiny(pos=load_part("pos", kind))
+    expected = {"learned": LearnedPositions, "sinusoidal": SinusoidalPositions, "none": NoPositions}[kind]
+    assert type(net.positions) is expected
+    assert (len(list(net.positions.parameters())) > 0) == (kind == "learned")  # only learned positions train
     images = torch.randn(1, 1, 8, 8)
     # swapping two patches: without positions the mean-pooled output is unchanged (a set function)
     swapped = images.clone()
@@ -95,25 +102,29 @@ def test_position_kinds(kind):
     assert same == (kind == "none")
 
 
-def test_rotary_positions_are_refused():
-    with pytest.raises(ValueError, match="rotary.*not meaningful for the Vision Transformer"):
-        tiny(pos={"name": "rotary", "kind": "rotary"})
+@pytest.mark.parametrize("kind", ["rotary", "alibi"])
+def test_sequence_positions_are_refused(kind):
+    # 1-D sequence positions on a 2-D grid of patches: a setting the user chose, refused with one line
+    message = f"pos={kind} is a 1-D sequence position.*use learned, sinusoidal or none"
+    with pytest.raises(ConfigError, match=message) as e:
+        tiny(pos=load_part("pos", kind))
+    assert isinstance(e.value, UserError) and "\n" not in str(e.value)
 
 
 def test_groups_reach_every_block():
-    net = tiny(n_layers=3, norm={"name": "rms", "kind": "rmsnorm", "placement": "pre"},
-               ffn={"name": "swiglu", "activation": "swiglu"}, moe={"name": "on", "enabled": True, "num_experts": 4,
-                                                                    "top_k": 2})
-    assert len(net.blocks) == 3
-    for block in net.blocks:
+    net = tiny(n_layers=3, norm=load_part("norm", "rms"), ffn=load_part("ffn", "swiglu"),
+               moe=load_part("moe", "on", num_experts=4, top_k=2))
+    assert len(net.encoder.layers) == 3
+    for block in net.encoder.layers:
         assert isinstance(block, EncoderBlock) and block.placement == "pre"
         assert isinstance(block.sa_norm, torch.nn.RMSNorm) and isinstance(block.ffn_norm, torch.nn.RMSNorm)
         assert isinstance(block.ffn, MixtureOfExperts) and len(block.ffn.experts) == 4
         assert all(isinstance(e, FeedForward) and e.gate_proj is not None for e in block.ffn.experts)
-    assert isinstance(net.final_norm, torch.nn.RMSNorm)
+    assert isinstance(net.encoder.final_norm, torch.nn.RMSNorm)
     assert net(torch.randn(2, 1, 8, 8)).shape == (2, 10)
-    post = tiny(norm={"name": "post", "kind": "layernorm", "placement": "post"})
-    assert all(b.placement == "post" for b in post.blocks) and isinstance(post.final_norm, torch.nn.Identity)
+    post = tiny(norm=load_part("norm", "post"))
+    assert all(b.placement == "post" for b in post.encoder.layers)
+    assert isinstance(post.encoder.final_norm, torch.nn.Identity)
 
 
 def test_attention_is_not_causal():
@@ -122,14 +133,14 @@ def test_attention_is_not_causal():
 
     with torch.no_grad(), capture_attention(net) as maps:
         net(torch.randn(1, 1, 8, 8))
-    w = maps["blocks.0.self_attn"][0]  # (H, 16, 16)
+    w = maps["encoder.layers.0.self_attn"][0]  # (H, 16, 16)
     assert (w[:, 0, 1:] > 0).all()  # the first patch sees the later ones
 
 
 def test_flops_per_token_counts_the_tokens():
     net = tiny()
     assert net.flops_per_token() > 6 * (net.active_params() - sum(p.numel() for p in net.head.parameters()))
-    moe = tiny(moe={"enabled": True, "num_experts": 4, "top_k": 1})
+    moe = tiny(moe=load_part("moe", "on", num_experts=4, top_k=1))
     assert moe.active_params() < moe.num_params()
 
 

@@ -1,4 +1,5 @@
-"""norm=batch (BatchNorm over batch and positions), and the causal LM's `scaled` and `causal` switches."""
+"""norm=batch (BatchNorm over batch and positions), unscaled attention (attn.scaled) and the causal LM's `causal`
+switch."""
 
 from __future__ import annotations
 
@@ -10,19 +11,20 @@ from torch import nn
 
 from attnlab.models.causal_lm import CausalLM
 from attnlab.modules.attention import capture_attention
-from attnlab.modules.block import build_block
-from attnlab.modules.norm import SequenceBatchNorm, build_norm
+from attnlab.modules.norm import SequenceBatchNorm
+from attnlab.modules.parts import BlockParts, load_part
+from attnlab.modules.stack import build_layer
 from attnlab.train import build_model
 
 from helpers import compose_train
 
 D = 16
-BATCH = dict(name="batch", kind="batchnorm", placement="pre")
+BATCH = load_part("norm", "batch")
 
 
 def test_batchnorm_normalizes_each_feature_over_batch_and_time_and_tracks_running_stats():
     torch.manual_seed(0)
-    bn = build_norm("batchnorm", D).train()
+    bn = SequenceBatchNorm(D).train()
     assert isinstance(bn, SequenceBatchNorm)
     x = 3 * torch.randn(4, 7, D) + torch.arange(D)  # a different mean per feature
     y = bn(x)
@@ -46,7 +48,7 @@ def test_batchnorm_padding_is_left_out_of_the_statistics():
     mask[0, 4:] = mask[2, 2:] = False
     garbage = x.clone()
     garbage[~mask] = 1e3  # whatever the pads hold must not move the real tokens' outputs
-    masked, reference = build_norm("batchnorm", D).train(), build_norm("batchnorm", D).train()
+    masked, reference = SequenceBatchNorm(D).train(), SequenceBatchNorm(D).train()
     y = masked(garbage, mask)
     ref = reference(x[mask])  # the real tokens alone, as an (N, D) batch
     torch.testing.assert_close(y[mask], ref, atol=1e-5, rtol=1e-5)
@@ -63,7 +65,7 @@ def test_batchnorm_padding_is_left_out_of_the_statistics():
 
 def test_block_hands_its_padding_mask_to_batchnorm():
     torch.manual_seed(0)
-    block = build_block(D, 2, norm=BATCH, cross_attention=True).train()
+    block = build_layer(D, 2, BlockParts.resolve(norm=BATCH), cross_attention=True).train()
     assert all(isinstance(n, SequenceBatchNorm) for n in (block.sa_norm, block.ca_norm, block.ffn_norm))
     x, memory = torch.randn(2, 5, D), torch.randn(2, 4, D)
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
@@ -88,7 +90,7 @@ def test_causal_lm_with_batchnorm_trains_then_decodes_with_running_stats():
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0]
-    assert model.blocks[0].sa_norm.num_batches_tracked == 30
+    assert model.decoder.layers[0].sa_norm.num_batches_tracked == 30
     model.eval()  # running statistics: the KV-cache path gives the full forward's logits
     caches = model.new_caches(2)
     stepped = torch.cat([model(ids[:2, :5], caches), *(model(ids[:2, t : t + 1], caches) for t in range(5, 11))], 1)
@@ -102,14 +104,14 @@ def make_lm(**kw) -> CausalLM:
 
 
 def test_unscaled_attention_multiplies_scores_by_sqrt_head_dim():
-    scaled, unscaled = make_lm(), make_lm(scaled=False)
+    scaled, unscaled = make_lm(), make_lm(attn=load_part("attn", "mha", scaled=False))
     unscaled.load_state_dict(scaled.state_dict())
-    for a, b in zip(scaled.blocks, unscaled.blocks):
+    for a, b in zip(scaled.decoder.layers, unscaled.decoder.layers):
         assert a.self_attn.scale == pytest.approx(1 / math.sqrt(16)) and b.self_attn.scale == 1.0
     ids = torch.randint(0, 40, (2, 9), generator=torch.Generator().manual_seed(0))
     assert not torch.allclose(scaled(ids), unscaled(ids), atol=1e-4)
     # same weights: with the scale set back to 1/√d the outputs agree
-    for b in unscaled.blocks:
+    for b in unscaled.decoder.layers:
         b.self_attn.scale = 1 / math.sqrt(16)
     torch.testing.assert_close(scaled(ids), unscaled(ids))
 
@@ -123,7 +125,7 @@ def test_non_causal_lm_sees_the_future_and_cache_decoding_stays_causal():
     assert not torch.allclose(model(ids)[0, 0], model(changed)[0, 0], atol=1e-5)
     with capture_attention(model) as maps:
         model(ids)
-    assert maps["blocks.0.self_attn"][0, :, 0, 1:].sum() > 0  # position 0 attends to later ones
+    assert maps["decoder.layers.0.self_attn"][0, :, 0, 1:].sum() > 0  # position 0 attends to later ones
     # decoding with a KV cache is causal: it equals the full forward with the mask switched on
     caches = model.new_caches(1)
     stepped = torch.cat([model(ids[:, :4], caches), *(model(ids[:, t : t + 1], caches) for t in range(4, 10))], 1)
@@ -133,14 +135,14 @@ def test_non_causal_lm_sees_the_future_and_cache_decoding_stays_causal():
 
 
 def test_config_flags_reach_the_net(tmp_path):
-    cfg = compose_train(["model=causal_lm", "norm=batch", "model.net.scaled=false", "model.net.causal=false",
+    cfg = compose_train(["model=causal_lm", "norm=batch", "attn.scaled=false", "model.net.causal=false",
                          "model.net.n_layers=2"], tmp_path)
     net = build_model(cfg.model).net
     assert net.causal is False
-    assert all(b.self_attn.scale == 1.0 for b in net.blocks)
-    assert all(isinstance(b.sa_norm, SequenceBatchNorm) for b in net.blocks)
-    assert isinstance(net.final_norm, SequenceBatchNorm)
+    assert all(b.self_attn.scale == 1.0 for b in net.decoder.layers)
+    assert all(isinstance(b.sa_norm, SequenceBatchNorm) for b in net.decoder.layers)
+    assert isinstance(net.decoder.final_norm, SequenceBatchNorm)
     cfg = compose_train(["model=causal_lm", "model.net.n_layers=2"], tmp_path)
     net = build_model(cfg.model).net
-    assert net.causal is True and all(b.self_attn.scale < 1 for b in net.blocks)
-    assert isinstance(net.blocks[0].sa_norm, nn.LayerNorm)
+    assert net.causal is True and all(b.self_attn.scale < 1 for b in net.decoder.layers)
+    assert isinstance(net.decoder.layers[0].sa_norm, nn.LayerNorm)

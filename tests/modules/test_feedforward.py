@@ -1,4 +1,4 @@
-"""Feed-forward builders: module parts, hidden sizes, parameter parity."""
+"""Feed-forward parts as the ffn group builds them (conf/ffn/*.yaml): module parts, hidden sizes, parameter parity."""
 
 from __future__ import annotations
 
@@ -8,7 +8,19 @@ import pytest
 import torch
 from torch import nn
 
-from attnlab.modules.feedforward import FeedForward, build_ffn, ffn_hidden_dim
+from attnlab.modules.feedforward import FeedForward, ffn_hidden_dim
+from attnlab.modules.parts import PartError, load_part, resolve_part
+
+GATED = {"relu": False, "gelu": False, "swiglu": True, "geglu": True}
+
+
+def build_ffn(option: str, dim: int, dropout: float = 0.0, **overrides) -> FeedForward:
+    """What `ffn=<option> ffn.<key>=<value>` builds for a layer of width ``dim``."""
+    return resolve_part("ffn", load_part("ffn", option, **overrides), None)(dim=dim, dropout=dropout)
+
+
+def hidden(option: str, dim: int, mult: float = 4.0, multiple_of: int = 8) -> int:
+    return ffn_hidden_dim(dim, mult, multiple_of, GATED[option])
 
 
 def n_params(m: nn.Module) -> int:
@@ -16,7 +28,8 @@ def n_params(m: nn.Module) -> int:
 
 
 @pytest.mark.parametrize(
-    "activation, act_type, gated", [("relu", nn.ReLU, False), ("gelu", nn.GELU, False), ("swiglu", nn.SiLU, True)]
+    "activation, act_type, gated",
+    [("relu", nn.ReLU, False), ("gelu", nn.GELU, False), ("swiglu", nn.SiLU, True), ("geglu", nn.GELU, True)],
 )
 def test_builds_the_named_modules(activation, act_type, gated):
     torch.manual_seed(0)
@@ -24,11 +37,11 @@ def test_builds_the_named_modules(activation, act_type, gated):
     assert isinstance(ffn, FeedForward)
     assert type(ffn.activation) is act_type
     assert (ffn.gate_proj is not None) is gated
-    hidden = ffn_hidden_dim(activation, 16)
-    assert ffn.up_proj.weight.shape == (hidden, 16)
-    assert ffn.down_proj.weight.shape == (16, hidden)
+    h = hidden(activation, 16)
+    assert ffn.up_proj.weight.shape == (h, 16)
+    assert ffn.down_proj.weight.shape == (16, h)
     if gated:
-        assert ffn.gate_proj.weight.shape == (hidden, 16)
+        assert ffn.gate_proj.weight.shape == (h, 16)
     x = torch.randn(2, 3, 16)
     assert ffn(x).shape == (2, 3, 16)
 
@@ -48,22 +61,22 @@ def test_forward_formulas():
 
 @pytest.mark.parametrize("dim, mult, multiple_of", [(384, 4.0, 8), (64, 4.0, 8), (100, 2.0, 16), (30, 3.0, 64)])
 def test_hidden_dim_rule(dim, mult, multiple_of):
-    dense = ffn_hidden_dim("relu", dim, mult, multiple_of)
-    assert dense == ffn_hidden_dim("gelu", dim, mult, multiple_of)
+    dense = hidden("relu", dim, mult, multiple_of)
+    assert dense == hidden("gelu", dim, mult, multiple_of)
     assert dense == multiple_of * math.ceil(mult * dim / multiple_of)
-    gated = ffn_hidden_dim("swiglu", dim, mult, multiple_of)
+    gated = hidden("swiglu", dim, mult, multiple_of)
     assert gated % multiple_of == 0
     assert 2 * mult * dim / 3 <= gated < 2 * mult * dim / 3 + multiple_of
 
 
 def test_hidden_dim_known_values():
-    assert ffn_hidden_dim("relu", 384) == 1536
-    assert ffn_hidden_dim("swiglu", 384) == 1024
-    assert ffn_hidden_dim("swiglu", 100) == 272  # 266.67 rounded up to a multiple of 8
+    assert hidden("relu", 384) == 1536
+    assert hidden("swiglu", 384) == 1024
+    assert hidden("swiglu", 100) == 272  # 266.67 rounded up to a multiple of 8
 
 
 def test_swiglu_params_match_relu_within_two_percent():
-    relu, sw = build_ffn("relu", 384, 4.0), build_ffn("swiglu", 384, 4.0)
+    relu, sw = build_ffn("relu", 384, hidden_mult=4.0), build_ffn("swiglu", 384, hidden_mult=4.0)
     assert n_params(relu) == 2 * 384 * 1536 + 1536 + 384
     assert n_params(sw) == 3 * 384 * 1024 + 2 * 1024 + 384
     assert abs(n_params(sw) - n_params(relu)) / n_params(relu) < 0.02
@@ -76,6 +89,18 @@ def test_bias_switch_and_dropout():
     assert isinstance(build_ffn("gelu", 8).dropout, nn.Identity)
 
 
-def test_unknown_activation():
-    with pytest.raises(ValueError, match="unknown ffn activation"):
+def test_unknown_option_and_bad_activation_are_one_line_errors():
+    with pytest.raises(PartError, match="no ffn option 'tanh'"):
         build_ffn("tanh", 8)
+    bad = load_part("ffn", "relu", activation={"_target_": "torch.nn.NoSuchActivation"})
+    with pytest.raises(PartError, match="ffn: cannot build") as e:
+        resolve_part("ffn", bad, None)
+    assert "\n" not in str(e.value)
+
+
+def test_geglu_is_one_yaml_file_and_computes_gelu_gating():
+    """The 'Adding a variant' example of the README: conf/ffn/geglu.yaml, no code."""
+    torch.manual_seed(0)
+    ffn = build_ffn("geglu", 16)
+    x = torch.randn(3, 16)
+    torch.testing.assert_close(ffn(x), ffn.down_proj(nn.functional.gelu(ffn.gate_proj(x)) * ffn.up_proj(x)))

@@ -8,7 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from attnlab.modules.feedforward import build_ffn
+from attnlab.modules.feedforward import FeedForward
+
+
+def build_ffn(activation: str, dim: int, hidden_mult: float = 4.0) -> FeedForward:
+    return FeedForward(dim, nn.ReLU() if activation == "relu" else nn.GELU(), hidden_mult=hidden_mult)
 from attnlab.modules.moe import MixtureOfExperts, expert_fractions, moe_layers, moe_losses
 
 D, E = 16, 4

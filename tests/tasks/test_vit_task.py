@@ -36,7 +36,7 @@ def test_render_attention_draws_each_layer_and_the_rollout(tmp_path):
     with torch.no_grad(), capture_attention(task) as maps:
         task.attention_forward(task._sample[0])
     out = task.render_attention(dict(maps), tmp_path)
-    assert [k for k, _ in out] == ["net.blocks.0.self_attn", "net.blocks.1.self_attn", "net.blocks.2.self_attn",
+    assert [k for k, _ in out] == ["net.encoder.layers.0.self_attn", "net.encoder.layers.1.self_attn", "net.encoder.layers.2.self_attn",
                                    "rollout"]
     assert all(p.is_file() and p.stat().st_size > 1000 and p.parent == tmp_path for _, p in out)
 
@@ -52,7 +52,7 @@ def test_callback_uses_render_attention(tmp_path):
                         enable_checkpointing=False, logger=CSVLogger(tmp_path), default_root_dir=tmp_path,
                         callbacks=[callback])
     trainer.fit(task, datamodule=dm)
-    assert sorted(p.name for p in callback.last_paths) == ["net.blocks.0.self_attn.png", "net.blocks.1.self_attn.png",
+    assert sorted(p.name for p in callback.last_paths) == ["net.encoder.layers.0.self_attn.png", "net.encoder.layers.1.self_attn.png",
                                                            "rollout.png"]
     assert sorted(p.name for p in (tmp_path / "confusion_matrix").glob("*.png")) == ["epoch000.png", "epoch001.png"]
     assert 0 <= trainer.callback_metrics["val/acc"] <= 1

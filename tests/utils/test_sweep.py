@@ -24,8 +24,8 @@ def test_failing_job_is_isolated_and_summarized(tmp_path, cache_dir):
 
 def test_config_error_in_sweep_is_one_line(tmp_path, cache_dir):
     sweep = tmp_path / "sweep"
-    out = run_cli(["-m", "model=causal_lm", "debug=fast", "logger=csv", "model.uses_groups=[pos]", "norm=pre,rms",
+    out = run_cli(["-m", "model=tts", "debug=fast", "logger=csv", "pos=rotary,alibi",
                    f"hydra.sweep.dir={sweep}"], cache_dir, timeout=120)
     assert out.returncode == 1
     summary = (sweep / "sweep_summary.md").read_text()
-    assert summary.count("norm= does not apply to model=causal_lm") == 2
+    assert summary.count("pos= does not apply to model=tts") == 2

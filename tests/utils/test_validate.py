@@ -67,7 +67,14 @@ BAD = [
     (["model=causal_lm", "pos=rotary", "model.net.d_model=66", "model.net.n_heads=6"],
      "pos=rotary needs an even head dimension, but model.net.d_model=66 / model.net.n_heads=6 = 11"),
     (["model=causal_lm", "norm.placement=middle"], "norm.placement=middle: choose one of pre, post"),
-    (["model=causal_lm", "ffn.activation=tanh"], "ffn.activation=tanh: choose one of relu, gelu, swiglu"),
+    (["model=causal_lm", "ffn.activation=tanh"], "ffn.activation=tanh: must be a module config such as "
+     "{_target_: torch.nn.GELU} (or choose ffn=relu|gelu|swiglu|geglu)"),
+    (["model=causal_lm", "attn.window=0"], "attn.window=0: must be a positive integer (or null)"),
+    (["model=causal_lm", "attn=gqa", "attn.kv_heads=0"], "attn.kv_heads=0: must be a positive integer (or null)"),
+    (["model=causal_lm", "model.net.n_heads=6", "attn.kv_heads=4"],
+     "model.net.n_heads=6 is not divisible by attn.kv_heads=4 (grouped-query attention shares each key/value head "
+     "among n_heads / kv_heads query heads)"),
+    (["model=causal_lm", "norm.placement=middle"], "norm.placement=middle: choose one of pre, post"),
     # transformer translation (and the non-autoregressive one)
     (["model=transformer_mt", "+model.net.n_encoder_layers=0"],
      "model.net.n_encoder_layers=0: must be a positive integer (or null)"),
@@ -108,7 +115,7 @@ BAD = [
      "model.net.in_channels=3 but data.in_channels=1: the model is built for the images the data gives; set both "
      "alike (or leave model.net.in_channels at its default ${data.in_channels})"),
     # text to speech
-    (["model=tts", "model.net.n_dec_layers=0"], "model.net.n_dec_layers=0: must be a positive integer"),
+    (["model=tts", "model.net.n_decoder_layers=0"], "model.net.n_decoder_layers=0: must be a positive integer (or null)"),
     (["model=tts", "model.net.reduction=0"], "model.net.reduction=0: must be a positive integer"),
     (["model=tts", "model.net.dec_prenet_dropout=1.5"], "model.net.dec_prenet_dropout=1.5: must be a number in [0, 1)"),
     (["model=tts", "model.net.enc_prenet_convs=-1"], "model.net.enc_prenet_convs=-1: must be an integer >= 0"),
@@ -149,8 +156,9 @@ def test_every_bad_value_is_named_on_one_line(tmp_path):
 
 def test_groups_a_model_is_not_built_from_are_not_checked(tmp_path):
     # the RNN is built from no block group, and a mixture that is off is not used: neither can break the run
-    assert problems(tmp_path, "model=seq2seq_attention", "moe.top_k=0", "ffn.hidden_mult=0") == []
-    assert problems(tmp_path, "model=causal_lm", "moe.top_k=0") == []  # moe=off
+    assert problems(tmp_path, "model=seq2seq_attention", "ffn.hidden_mult=0", "attn.window=0") == []
+    assert problems(tmp_path, "model=sequence_classifier", "model.encoder=cnn", "attn.window=0") == []
+    assert problems(tmp_path, "model=causal_lm", "moe=on", "moe.top_k=0") == ["moe.top_k=0: must be a positive integer"]
 
 
 def test_lr_inf_is_let_through_for_the_divergence_guard(tmp_path):

@@ -40,12 +40,12 @@ def analyze(ctx: Context) -> Result:
               title="random unit-variance q, k")
     ax_mc.legend(fontsize=7)
 
-    first = ctx.job(model__net__scaled="True")
+    first = ctx.job(attn__scaled="True")
     dm = datamodule(first)
     batch = val_batch(dm, 32)
     rows, stats = [], {}
     for i, (flag, label) in enumerate(SETTINGS.items()):
-        job = ctx.job(model__net__scaled=flag)
+        job = ctx.job(attn__scaled=flag)
         init, trained = task_at_init(job), trained_task(job)
         s0, s1 = attention_stats(init.net, batch["input_ids"]), attention_stats(trained.net, batch["input_ids"])
         g0, g1 = attention_grad_norm(init, batch), attention_grad_norm(trained, batch)
@@ -110,7 +110,7 @@ CLAIM = Claim(
     title="Attention without the 1/√d_k scaling",
     statement=("Without the 1/√d_k factor, dot products grow with d_k, the softmax saturates and gradients vanish "
                "early in training."),
-    commands=["python train.py -m experiment=e03_attention_scale model.net.scaled=true,false"],
+    commands=["python train.py -m experiment=e03_attention_scale attn.scaled=true,false"],
     analyze=analyze,
     quick=["model.net.d_model=32", "model.net.n_layers=1", "data.seq_len=32", "data.batch_size=8"],
     minutes=4,

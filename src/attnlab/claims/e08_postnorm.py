@@ -43,7 +43,7 @@ def ffn_grad_norms(job: Job) -> list[float]:
     batch = next(iter(dm.train_dataloader()))
     lm_loss(net, batch["input_ids"], batch["labels"]).backward()
     return [math.sqrt(sum(float(p.grad.pow(2).sum()) for name, p in block.ffn.named_parameters()
-                          if name.endswith("weight"))) for block in net.blocks]
+                          if name.endswith("weight"))) for block in net.decoder.layers]
 
 
 def smooth(values: list[float], k: int = 5) -> list[float]:

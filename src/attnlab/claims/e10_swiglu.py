@@ -22,7 +22,7 @@ ACTIVATIONS = {"relu": "ReLU", "swiglu": "SwiGLU"}
 def param_counts(job: Job) -> tuple[int, int]:
     """(feed-forward parameters of one block, non-embedding parameters of the whole net) of the job's net."""
     net = build_net(OmegaConf.to_container(job.config.model.net, resolve=True))
-    return sum(p.numel() for p in net.blocks[0].ffn.parameters()), net.num_params()
+    return sum(p.numel() for p in net.decoder.layers[0].ffn.parameters()), net.num_params()
 
 
 def steps_to(threshold: float, steps: list[int], losses: list[float]) -> float | None:

@@ -101,7 +101,7 @@ CLAIM = Claim(
     commands=["python train.py -m experiment=e16_guided_attention model.guided_attention.enabled=true,false"],
     analyze=analyze,
     quick=["data.num_utterances=24", "data.max_digits=2", "data.val_size=4", "data.test_size=4",
-           "data.batch_size=4", "model.net.d_model=32", "model.net.n_enc_layers=1", "model.net.n_dec_layers=2",
+           "data.batch_size=4", "model.net.d_model=32", "model.net.n_encoder_layers=1", "model.net.n_decoder_layers=2",
            "model.net.postnet_channels=16", "model.net.dec_prenet_dim=32", "model.griffin_lim_iters=4",
            "model.max_frames_per_char=3", "model.free_running_samples=2"],
     minutes=5,

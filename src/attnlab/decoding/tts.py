@@ -29,7 +29,7 @@ class TTSStepper:
         self.memory, self.mask = model.encode(text, text_lengths)
         self.caches = model.new_caches(text.shape[0], text.shape[1], max_steps, dtype=self.memory.dtype,
                                        device=text.device)
-        self.attention: list[list[Tensor]] = [[] for _ in model.dec_blocks]  # per layer: (B, H, t, N) pieces
+        self.attention: list[list[Tensor]] = [[] for _ in model.decoder.layers]  # per layer: (B, H, t, N) pieces
 
     def _run(self, frames: Tensor) -> tuple[Tensor, Tensor]:
         modules = self.model.cross_attention_modules()

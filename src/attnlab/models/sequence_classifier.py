@@ -12,8 +12,8 @@ The encoder is the only thing that changes:
   depends on exactly the inputs t-R+1 … t, with receptive field ``R = 1 + n_layers·(kernel_size - 1)``
   (:attr:`SequenceClassifier.receptive_field`). Causal (left-padded), so that the whole window of the last
   position lies inside the sequence.
-* ``attention``: the repository's transformer encoder: ``n_layers`` non-causal :class:`EncoderBlock`\\ s built from
-  the ``norm``/``ffn``/``moe``/``pos`` config groups. Parallel over positions, and every output sees every input
+* ``attention``: the repository's transformer encoder: ``n_layers`` non-causal layers built from the
+  ``norm``/``ffn``/``moe``/``attn``/``pos`` config groups. Parallel over positions, and every output sees every input
   from the first layer on (O(T²) scores per layer).
 
 ``pool``: ``last`` reads the output at the last position (the tasks here put the question there; an RNN's usual
@@ -23,13 +23,14 @@ CNN gather local detections from the whole sequence, so a receptive-field compar
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..modules.block import build_block, build_final_norm
-from ..modules.moe import moe_layers
-from ..modules.positional import RotaryEmbedding, build_additive_positions
-from ..modules.spec import FFNSpec, MoESpec, NormSpec, PosSpec
+from ..modules.parts import BlockParts, resolve_positions
+from ..modules.stack import TransformerStack, build_stack
+from .base import TransformerModel
 
 ENCODERS = ("rnn", "cnn", "attention")
 POOLS = ("last", "mean")
@@ -83,37 +84,26 @@ class ConvEncoder(nn.Module):
         return self.final_norm(x)
 
 
-class AttentionEncoder(nn.Module):
-    """Positions (``pos`` group) + ``n_layers`` non-causal :class:`EncoderBlock` s + the final norm."""
+class AttentionEncoder(TransformerStack):
+    """Positions (``pos`` group) + ``n_layers`` non-causal transformer layers + the final norm."""
 
     def __init__(self, d_model: int, n_layers: int, n_heads: int, max_len: int, dropout: float = 0.0,
-                 attn_dropout: float = 0.0, bias: bool = True, norm=None, ffn=None, moe=None, pos=None,
-                 scaled: bool = True):
-        super().__init__()
-        pos_spec = PosSpec.from_cfg(pos)
-        self.positions = build_additive_positions(pos_spec.kind, max_len, d_model)
-        rotary = (RotaryEmbedding(d_model // n_heads, max_len, pos_spec.rotary_base)
-                  if pos_spec.kind == "rotary" else None)
-        self.blocks = nn.ModuleList(
-            build_block(d_model, n_heads, norm=norm, ffn=ffn, moe=moe, dropout=dropout, attn_dropout=attn_dropout,
-                        bias=bias, rotary=rotary, scaled=scaled)
-            for _ in range(n_layers)
-        )
-        self.final_norm = build_final_norm(norm, d_model)
+                 attn_dropout: float = 0.0, bias: bool = True, parts: BlockParts | None = None, pos: Any = None):
+        nn.Module.__init__(self)  # positions first: the parameter order of earlier checkpoints
+        self.positions = resolve_positions(pos)(max_len=max_len, d_model=d_model, n_heads=n_heads)
+        stack = build_stack(n_layers, d_model, n_heads, parts or BlockParts(), dropout=dropout,
+                            attn_dropout=attn_dropout, bias=bias, positions=self.positions.attention)
+        self.layers, self.final_norm = stack.layers, stack.final_norm
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.positions is not None:
-            x = x + self.positions(x.shape[1])
-        for block in self.blocks:
-            x = block(x)  # non-causal: every position attends to every position
-        return self.final_norm(x)
+        return super().forward(self.positions.add(x))  # non-causal: every position attends to every position
 
 
-class SequenceClassifier(nn.Module):
+class SequenceClassifier(TransformerModel):
     """ids (B, T) -> logits (B, num_classes) through one of :data:`ENCODERS` (see the module docstring).
 
-    ``norm``, ``ffn``, ``moe``, ``pos``, ``n_heads``, ``attn_dropout`` and ``scaled`` (divide attention scores by
-    √d_head) are read by the attention encoder only;
+    ``norm``, ``ffn``, ``moe``, ``attn``, ``pos``, ``n_heads`` and ``attn_dropout`` are read by the attention
+    encoder only;
     ``kernel_size`` by the CNN only; ``bidirectional`` by the RNN only.
     """
 
@@ -132,11 +122,12 @@ class SequenceClassifier(nn.Module):
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
         bias: bool = True,
-        norm: NormSpec | dict | None = None,
-        ffn: FFNSpec | dict | None = None,
-        moe: MoESpec | dict | None = None,
-        pos: PosSpec | dict | None = None,
-        scaled: bool = True,
+        norm: Any = None,
+        ffn: Any = None,
+        moe: Any = None,
+        attn: Any = None,
+        pos: Any = None,
+        init: str = "xavier",
     ):
         super().__init__()
         if encoder not in ENCODERS:
@@ -154,18 +145,23 @@ class SequenceClassifier(nn.Module):
             self.encoder = ConvEncoder(d_model, n_layers, kernel_size, dropout)
         else:
             self.encoder = AttentionEncoder(d_model, n_layers, n_heads, max_len, dropout, attn_dropout, bias,
-                                            norm, ffn, moe, pos, scaled)
+                                            BlockParts.resolve(norm, ffn, moe, attn), pos)
         self.head = nn.Linear(d_model, num_classes)
-        self.apply(self._init_weights)
+        # xavier: linear maps; PyTorch's defaults for the embedding (N(0, 1)), the GRU and the convolutions
+        self.init_weights(init)
 
     @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        """Xavier-uniform linear maps, N(0, 1) embeddings (as the ViT here; PyTorch's defaults for the GRU and the
-        convolutions)."""
-        if isinstance(module, nn.Linear):
-            nn.init.xavier_uniform_(module.weight)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
+    def block_groups(net_cfg: dict) -> tuple[str, ...]:
+        """The config groups a net of this config reads (train.py refuses overrides of the others): only the
+        attention encoder is built from the block groups."""
+        return ("norm", "ffn", "moe", "attn", "pos") if net_cfg.get("encoder", "attention") == "attention" else ()
+
+    def lookup_tables(self) -> list[nn.Parameter]:
+        positions = getattr(self.encoder, "positions", None)
+        return [self.embed.weight, *(positions.parameters() if positions is not None else ())]
+
+    def sequence_heads(self) -> list[nn.Module]:
+        return [self.head]
 
     @property
     def receptive_field(self) -> int | None:
@@ -189,26 +185,3 @@ class SequenceClassifier(nn.Module):
         """ids (B, T) -> logits (B, num_classes)."""
         h = self.features(ids)
         return self.head(h[:, -1] if self.pool == "last" else h.mean(dim=1))
-
-    # --- sizes, for the comparison table and MFU ------------------------------------------------------------
-    def num_params(self, non_embedding: bool = True) -> int:
-        """Parameters; without the token and position tables (``non_embedding``)."""
-        n = sum(p.numel() for p in self.parameters())
-        if non_embedding:
-            n -= self.embed.weight.numel()
-            positions = getattr(self.encoder, "positions", None)
-            n -= sum(p.numel() for p in positions.parameters()) if positions is not None else 0
-        return n
-
-    def flops_per_token(self, seq_len: int | None = None) -> float:
-        """Training FLOPs per token: 6·N_active (every weight of the encoder is used once per position; the head
-        once per sequence), plus 12·L·d·T for the attention scores."""
-        t = seq_len or self.max_len
-        n = self.num_params(non_embedding=True)
-        for m in moe_layers(self):
-            n -= sum(p.numel() for p in m.experts[0].parameters()) * (m.num_experts - m.top_k)
-        head = sum(p.numel() for p in self.head.parameters())
-        flops = 6 * (n - head) + 6 * head / t
-        if self.encoder_kind == "attention":
-            flops += 12 * self.n_layers * self.d_model * t
-        return float(flops)

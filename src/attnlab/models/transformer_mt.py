@@ -1,12 +1,12 @@
 """Transformer encoder-decoder for translation (seed claims C10, C22; Vaswani et al. 2017).
 
-    src (B, S) -> embed (+ positions) -> N × EncoderBlock            -> final norm -> memory (B, S, D)
-    tgt_in (B, T) -> embed (+ positions) -> M × DecoderBlock(memory)  -> final norm -> logits (B, T, V)
+    src (B, S) -> embed (+ positions) -> encoder: N layers               -> final norm -> memory (B, S, D)
+    tgt_in (B, T) -> embed (+ positions) -> decoder: M layers(memory)    -> final norm -> head -> logits (B, T, V)
 
 Every decoder layer cross-attends to the encoder's *final* output (C22). Source and target share one joint
 vocabulary (the data module trains one BPE on both sides), so one embedding table serves the encoder, the decoder
-and, with ``tie_embeddings``, the output projection (Press & Wolf 2017). The blocks' norm, feed-forward and MoE
-come from the ``norm``/``ffn``/``moe`` config groups, positions from ``pos``.
+and, with ``tie_embeddings``, the head (Press & Wolf 2017). The layers' norm, feed-forward, MoE and attention come
+from the ``norm``/``ffn``/``moe``/``attn`` config groups, positions from ``pos`` (see :mod:`attnlab.modules.parts`).
 
 Copy mechanism (``copy=True``, C24; See et al. 2017's pointer-generator): a gate p_gen = σ(w·[h_t; x_t]) from
 the decoder's final state h_t and its input embedding x_t mixes the vocabulary softmax with the last decoder
@@ -24,18 +24,18 @@ cache and its cross-attention keys/values (computed on the first step), and beam
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ..modules.attention import KVCache
-from ..modules.block import DecoderCache, build_block, build_final_norm
-from ..modules.positional import RotaryEmbedding, build_additive_positions
-from ..modules.spec import FFNSpec, MoESpec, NormSpec, PosSpec
+from ..modules.block import DecoderCache
+from ..modules.parts import BlockParts, resolve_positions
+from ..modules.stack import build_stack
+from .base import TransformerModel
 
 
-class TransformerMT(nn.Module):
+class TransformerMT(TransformerModel):
     def __init__(
         self,
         vocab_size: int,
@@ -47,70 +47,53 @@ class TransformerMT(nn.Module):
         attn_dropout: float = 0.0,
         bias: bool = True,
         tie_embeddings: bool = True,
-        norm: NormSpec | dict | None = None,
-        ffn: FFNSpec | dict | None = None,
-        moe: MoESpec | dict | None = None,
-        pos: PosSpec | dict | None = None,
+        norm: Any = None,
+        ffn: Any = None,
+        moe: Any = None,
+        attn: Any = None,
+        pos: Any = None,
         n_encoder_layers: int | None = None,
         n_decoder_layers: int | None = None,
         copy: bool = False,
-        scaled: bool = True,
+        init: str = "gpt2",
     ):
-        """``n_layers`` sets both stacks' depth; ``n_encoder_layers`` / ``n_decoder_layers`` override either.
-        ``scaled=False`` drops the 1/√d_head of every attention (claim E3's unscaled dot products)."""
+        """``n_layers`` sets both stacks' depth; ``n_encoder_layers`` / ``n_decoder_layers`` override either."""
         super().__init__()
         n_encoder_layers = n_layers if n_encoder_layers is None else n_encoder_layers
         n_decoder_layers = n_layers if n_decoder_layers is None else n_decoder_layers
-        self.pos_spec = PosSpec.from_cfg(pos)
         self.vocab_size, self.d_model, self.n_heads, self.max_len = vocab_size, d_model, n_heads, max_len
+        parts = BlockParts.resolve(norm, ffn, moe, attn)
+        positions = resolve_positions(pos)
         self.embed = nn.Embedding(vocab_size, d_model)
-        # Separate position tables for source and target (they index different sequences); None for rotary/none.
-        self.src_positions = build_additive_positions(self.pos_spec.kind, max_len, d_model)
-        self.tgt_positions = build_additive_positions(self.pos_spec.kind, max_len, d_model)
-        rotary = (RotaryEmbedding(d_model // n_heads, max_len, self.pos_spec.rotary_base)
-                  if self.pos_spec.kind == "rotary" else None)
+        # Separate positions for source and target (they index different sequences).
+        self.src_positions = positions(max_len=max_len, d_model=d_model, n_heads=n_heads)
+        self.tgt_positions = positions(max_len=max_len, d_model=d_model, n_heads=n_heads)
         self.drop = nn.Dropout(dropout)
-        common = dict(norm=norm, ffn=ffn, moe=moe, dropout=dropout, attn_dropout=attn_dropout, bias=bias,
-                      rotary=rotary, scaled=scaled)
-        self.encoder = nn.ModuleList(build_block(d_model, n_heads, **common) for _ in range(n_encoder_layers))
-        self.encoder_norm = build_final_norm(norm, d_model)
-        self.decoder = nn.ModuleList(build_block(d_model, n_heads, cross_attention=True, **common)
-                                     for _ in range(n_decoder_layers))
-        self.decoder_norm = build_final_norm(norm, d_model)
-        self.out_proj = nn.Linear(d_model, vocab_size, bias=False)
+        common = dict(dropout=dropout, attn_dropout=attn_dropout, bias=bias)
+        self.encoder = build_stack(n_encoder_layers, d_model, n_heads, parts,
+                                   positions=self.src_positions.attention, **common)
+        self.decoder = build_stack(n_decoder_layers, d_model, n_heads, parts, cross_attention=True,
+                                   positions=self.tgt_positions.attention, **common)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
         if tie_embeddings:
-            self.out_proj.weight = self.embed.weight
+            self.head.weight = self.embed.weight
         self.copy = copy
         if copy:  # the pointer reads the last layer's cross-attention weights: that layer takes the explicit path
             self.copy_gate = nn.Linear(2 * d_model, 1)
-            self.decoder[-1].cross_attn.return_weights = True
-        self.apply(self._init_weights)
-        depth = n_encoder_layers + n_decoder_layers
-        for name, p in self.named_parameters():  # residual-stream writers scaled down, as in GPT-2
-            if name.endswith(("out_proj.weight", "down_proj.weight")) and not name.startswith("out_proj"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * depth))
+            self.decoder.layers[-1].cross_attn.return_weights = True
+        self.init_weights(init)
 
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if getattr(module, "bias", None) is not None:
-                nn.init.zeros_(module.bias)
+    def lookup_tables(self) -> list[nn.Parameter]:
+        return [self.embed.weight, *self.src_positions.parameters(), *self.tgt_positions.parameters()]
 
-    def _embed(self, ids: Tensor, positions: nn.Module | None, offset: int = 0) -> Tensor:
+    def _embed(self, ids: Tensor, positions: nn.Module, offset: int = 0) -> Tensor:
         if offset + ids.shape[1] > self.max_len:
             raise ValueError(f"sequence of {offset + ids.shape[1]} tokens exceeds max_len={self.max_len}")
-        x = self.embed(ids)
-        if positions is not None:
-            x = x + positions(ids.shape[1], offset)
-        return self.drop(x)
+        return self.drop(positions.add(self.embed(ids), offset))
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
         """src (B, S), src_mask (B, S) True = real token -> memory (B, S, D)."""
-        x = self._embed(src, self.src_positions)
-        for block in self.encoder:
-            x = block(x, padding_mask=src_mask)
-        return self.encoder_norm(x)
+        return self.encoder(self._embed(src, self.src_positions), padding_mask=src_mask)
 
     def decode(self, tgt_in: Tensor, memory: Tensor | None, src_mask: Tensor,
                caches: list[DecoderCache] | None = None, src: Tensor | None = None) -> Tensor:
@@ -120,14 +103,12 @@ class TransformerMT(nn.Module):
         filled). Right padding of tgt_in needs no mask: causal attention never lets a real position see the
         padding after it."""
         offset = caches[0].self_attn.length if caches else 0
-        x = emb = self._embed(tgt_in, self.tgt_positions, offset)
-        for i, block in enumerate(self.decoder):
-            x = block(x, memory, memory_padding_mask=src_mask, is_causal=True, cache=caches[i] if caches else None)
-        h = self.decoder_norm(x)
-        logits = self.out_proj(h)
+        emb = self._embed(tgt_in, self.tgt_positions, offset)
+        h = self.decoder(emb, memory=memory, memory_padding_mask=src_mask, is_causal=True, caches=caches)
+        logits = self.head(h)
         if not self.copy:
             return logits
-        attn = self.decoder[-1].cross_attn.weights.mean(dim=1)  # (B, T, S), rows sum to 1 over real sources
+        attn = self.decoder.layers[-1].cross_attn.weights.mean(dim=1)  # (B, T, S), rows sum to 1 over real sources
         p_gen = torch.sigmoid(self.copy_gate(torch.cat([h, emb], dim=-1))).float()  # (B, T, 1)
         p = p_gen * logits.float().softmax(dim=-1)
         index = src[:, None, :].expand(-1, tgt_in.shape[1], -1)  # (B, T, S) the vocabulary id of each source
@@ -140,17 +121,12 @@ class TransformerMT(nn.Module):
 
     def new_caches(self, batch: int, src_len: int, max_len: int | None = None, *, dtype=None,
                    device=None) -> list[DecoderCache]:
-        device = device or self.embed.weight.device
-        dtype = dtype or self.embed.weight.dtype
-        hd = self.d_model // self.n_heads
-        kv = lambda n: KVCache(batch, self.n_heads, hd, n, dtype=dtype, device=device)  # noqa: E731
-        return [DecoderCache(kv(max_len or self.max_len), kv(src_len)) for _ in self.decoder]
+        return self.decoder.new_caches(batch, max_len or self.max_len, memory_len=src_len,
+                                       dtype=dtype or self.embed.weight.dtype,
+                                       device=device or self.embed.weight.device)
 
     def stepper(self, src: Tensor, src_mask: Tensor, use_cache: bool = True) -> "TransformerMTStepper":
         return TransformerMTStepper(self, src, src_mask, use_cache)
-
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
 
 
 class TransformerMTStepper:

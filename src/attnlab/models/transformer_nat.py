@@ -20,7 +20,7 @@ from .transformer_mt import TransformerMT
 
 
 class TransformerNAT(TransformerMT):
-    """Same encoder, embeddings, blocks and output layer as :class:`TransformerMT`; a length head on top."""
+    """Same encoder, embeddings, layers and head as :class:`TransformerMT`; a length head on top."""
 
     def __init__(self, vocab_size: int, *args, max_length_offset: int = 32, **kwargs):
         if kwargs.get("copy"):
@@ -59,12 +59,9 @@ class TransformerNAT(TransformerMT):
         src_len = src_mask.sum(1, keepdim=True)  # (B, 1)
         index = (t[None] * src_len // lengths[:, None].clamp_min(1)).clamp(max=src.shape[1] - 1)  # (B, T)
         x = self.embed(src).gather(1, index[..., None].expand(-1, -1, self.d_model))
-        if self.tgt_positions is not None:
-            x = x + self.tgt_positions(T, 0)
-        x = self.drop(x)
-        for block in self.decoder:
-            x = block(x, memory, memory_padding_mask=src_mask, padding_mask=tgt_mask, is_causal=False)
-        return self.out_proj(self.decoder_norm(x))
+        x = self.drop(self.tgt_positions.add(x))
+        h = self.decoder(x, memory=memory, memory_padding_mask=src_mask, padding_mask=tgt_mask, is_causal=False)
+        return self.head(h)
 
     def forward_with_length(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Training: (logits (B, T, V) at the true lengths, length logits (B, 2M+1), their targets (B,))."""

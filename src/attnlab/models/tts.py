@@ -1,11 +1,11 @@
 """Transformer-TTS (Li et al. 2019, "Neural Speech Synthesis with Transformer Network"): characters -> mel frames.
 
     text (B, N) -> embedding -> conv prenet (3 × conv5 + BN + ReLU) -> linear -> + α_enc · PE
-      -> n_enc × EncoderBlock (non-causal, padding masked) -> final norm = memory (B, N, D)
+      -> encoder: N non-causal layers (padding masked) -> final norm = memory (B, N, D)
     previous frames (B, G, M) -> decoder prenet (2-layer MLP, dropout ON at inference too) -> linear -> + α_dec · PE
-      -> n_dec × DecoderBlock (causal self-attention, cross-attention over memory) -> final norm (B, G, D)
-      -> mel projection (B, G, r·M) -> frames (B, G·r, M) ; + 5-layer conv postnet residual -> refined frames
-      -> stop projection (B, G, r) -> one stop logit per frame
+      -> decoder: M layers (causal self-attention, cross-attention over memory) -> final norm (B, G, D)
+      -> mel head (B, G, r·M) -> frames (B, G·r, M) ; + 5-layer conv postnet residual -> refined frames
+      -> stop head (B, G, r) -> one stop logit per frame
 
 ``r`` is the reduction factor: each decoder step emits r frames, so the decoder runs G = ⌈T/r⌉ steps and its
 attention has fewer, coarser rows (easier to align, faster). The input of step g is the last frame of group g−1
@@ -13,20 +13,23 @@ attention has fewer, coarser rows (easier to align, faster). The input of step g
 the exact previous frame, which at inference is its own imperfect output. α are trainable scales of the sinusoidal
 positions (the paper's "scaled positional encoding"), so the model can balance positions against content.
 
-Blocks come from the ``norm``/``ffn``/``moe`` groups like every transformer here. Positions are fixed to the
-scaled sinusoid (the ``pos`` group does not apply).
+Layers come from the ``norm``/``ffn``/``moe``/``attn`` groups like every transformer here. Positions are fixed to
+the scaled sinusoid (the ``pos`` group does not apply).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..modules.attention import KVCache
-from ..modules.block import DecoderCache, build_block, build_final_norm
+from ..modules.block import DecoderCache
+from ..modules.parts import BlockParts
 from ..modules.positional import sinusoidal_table
-from ..modules.spec import FFNSpec, MoESpec, NormSpec
+from ..modules.stack import build_stack
+from .base import TransformerModel
 
 
 class ScaledPositions(nn.Module):
@@ -102,15 +105,15 @@ class Postnet(nn.Module):
         return self.layers(mel.transpose(1, 2)).transpose(1, 2)
 
 
-class TransformerTTS(nn.Module):
+class TransformerTTS(TransformerModel):
     def __init__(
         self,
         vocab_size: int,
         n_mels: int = 80,
         d_model: int = 128,
         n_heads: int = 4,
-        n_enc_layers: int = 3,
-        n_dec_layers: int = 3,
+        n_encoder_layers: int = 3,
+        n_decoder_layers: int = 3,
         reduction: int = 3,
         dropout: float = 0.1,
         attn_dropout: float = 0.0,
@@ -123,41 +126,41 @@ class TransformerTTS(nn.Module):
         postnet_layers: int = 5,
         max_text_len: int = 256,
         max_dec_steps: int = 1024,
-        norm: NormSpec | dict | None = None,
-        ffn: FFNSpec | dict | None = None,
-        moe: MoESpec | dict | None = None,
+        norm: Any = None,
+        ffn: Any = None,
+        moe: Any = None,
+        attn: Any = None,
         n_layers: int | None = None,
-        scaled: bool = True,
+        init: str = "xavier",
     ):
-        """``n_layers``, when given, sets both stacks' depth (``debug=fast`` sets it for every model).
-        ``scaled=False`` drops the 1/√d_head of every attention (claim E3's unscaled dot products)."""
+        """``n_layers``, when given, sets both stacks' depth (``debug=fast`` sets it for every model)."""
         super().__init__()
         if n_layers is not None:
-            n_enc_layers = n_dec_layers = n_layers
+            n_encoder_layers = n_decoder_layers = n_layers
         if reduction < 1:
             raise ValueError(f"reduction must be >= 1, got {reduction}")
         self.vocab_size, self.n_mels, self.d_model, self.n_heads = vocab_size, n_mels, d_model, n_heads
         self.reduction, self.max_dec_steps, self.max_text_len = reduction, max_dec_steps, max_text_len
-        block = lambda cross: build_block(  # noqa: E731
-            d_model, n_heads, norm=norm, ffn=ffn, moe=moe, dropout=dropout, attn_dropout=attn_dropout, bias=bias,
-            cross_attention=cross, scaled=scaled)
+        parts = BlockParts.resolve(norm, ffn, moe, attn)
+        common = dict(dropout=dropout, attn_dropout=attn_dropout, bias=bias)
         self.enc_prenet = EncoderPrenet(vocab_size, d_model, enc_prenet_convs, dropout=dropout)
         self.enc_pos = ScaledPositions(max_text_len, d_model)
-        self.enc_blocks = nn.ModuleList(block(False) for _ in range(n_enc_layers))
-        self.enc_norm = build_final_norm(norm, d_model)
+        self.encoder = build_stack(n_encoder_layers, d_model, n_heads, parts, **common)
         self.dec_prenet = DecoderPrenet(n_mels, dec_prenet_dim, d_model, dec_prenet_dropout, prenet_always_dropout)
         self.dec_pos = ScaledPositions(max_dec_steps, d_model)
-        self.dec_blocks = nn.ModuleList(block(True) for _ in range(n_dec_layers))
-        self.dec_norm = build_final_norm(norm, d_model)
+        self.decoder = build_stack(n_decoder_layers, d_model, n_heads, parts, cross_attention=True, **common)
         self.drop = nn.Dropout(dropout)
-        self.mel_proj = nn.Linear(d_model, reduction * n_mels)
-        self.stop_proj = nn.Linear(d_model, reduction)
+        self.mel_head = nn.Linear(d_model, reduction * n_mels)
+        self.stop_head = nn.Linear(d_model, reduction)
         self.postnet = Postnet(n_mels, postnet_channels, postnet_layers, dropout=dropout)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.xavier_uniform_(m.weight)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
+        self.init_weights(init)
+
+    def lookup_tables(self) -> list[nn.Parameter]:
+        return [self.enc_prenet.embed.weight]
+
+    @property
+    def default_seq_len(self) -> int:
+        return self.max_text_len
 
     # --- pieces -----------------------------------------------------------------------------------------------
     def encode(self, text: Tensor, text_lengths: Tensor) -> tuple[Tensor, Tensor]:
@@ -165,9 +168,7 @@ class TransformerTTS(nn.Module):
         mask = torch.arange(text.shape[1], device=text.device)[None] < text_lengths[:, None]
         x = self.enc_prenet(text, mask)
         x = self.drop(x + self.enc_pos(x.shape[1]))
-        for blk in self.enc_blocks:
-            x = blk(x, padding_mask=mask)
-        return self.enc_norm(x), mask
+        return self.encoder(x, padding_mask=mask), mask
 
     def decoder_inputs(self, mel: Tensor) -> Tensor:
         """Teacher forcing: (B, T, M) target frames -> (B, G, M) inputs, the last frame of each previous group."""
@@ -184,26 +185,22 @@ class TransformerTTS(nn.Module):
         offset = caches[0].self_attn.length if caches else 0
         x = self.dec_prenet(frames)
         x = self.drop(x + self.dec_pos(x.shape[1], offset))
-        for i, blk in enumerate(self.dec_blocks):
-            x = blk(x, memory, memory_padding_mask=memory_mask, is_causal=True, cache=caches[i] if caches else None)
-        return self.dec_norm(x)
+        return self.decoder(x, memory=memory, memory_padding_mask=memory_mask, is_causal=True, caches=caches)
 
     def project(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
         """hidden (B, G, D) -> frames (B, G·r, M) before the postnet, stop logits (B, G·r)."""
         b, g, _ = hidden.shape
-        return self.mel_proj(hidden).view(b, g * self.reduction, self.n_mels), self.stop_proj(hidden).view(b, -1)
+        return self.mel_head(hidden).view(b, g * self.reduction, self.n_mels), self.stop_head(hidden).view(b, -1)
 
     def refine(self, mel: Tensor) -> Tensor:
         """The postnet's residual correction: (B, T, M) -> (B, T, M)."""
         return mel + self.postnet(mel)
 
     def new_caches(self, batch: int, text_len: int, max_steps: int, dtype=None, device=None) -> list[DecoderCache]:
-        hd = self.d_model // self.n_heads
-        mk = lambda n: KVCache(batch, self.n_heads, hd, n, dtype=dtype, device=device)  # noqa: E731
-        return [DecoderCache(mk(max_steps), mk(text_len)) for _ in self.dec_blocks]
+        return self.decoder.new_caches(batch, max_steps, memory_len=text_len, dtype=dtype, device=device)
 
     def cross_attention_modules(self) -> list[nn.Module]:
-        return [blk.cross_attn for blk in self.dec_blocks]
+        return [layer.cross_attn for layer in self.decoder.layers]
 
     # --- teacher-forced forward ---------------------------------------------------------------------------------
     def forward(self, text: Tensor, text_lengths: Tensor, mel: Tensor, mel_lengths: Tensor | None = None,
@@ -231,6 +228,3 @@ class TransformerTTS(nn.Module):
             mel_lengths = torch.full((mel.shape[0],), mel.shape[1], device=mel.device)
         return {"mel_before": before, "mel_after": self.refine(before), "stop_logits": stop,
                 "dec_lengths": -(-mel_lengths // self.reduction), "attention": attention}
-
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())

@@ -1,4 +1,4 @@
-"""Transformer blocks that receive their parts (torchtune style), and the builder that makes those parts.
+"""Transformer blocks that receive their parts (torchtune style); :mod:`attnlab.modules.stack` builds them.
 
     EncoderBlock:  x -> [self-attention] -> [feed-forward]                   (encoders, ViT, decoder-only LMs)
     DecoderBlock:  x -> [masked self-attention] -> [cross-attention] -> [ffn] (encoder-decoder; C22)
@@ -6,7 +6,8 @@
 Each [sublayer] is wrapped in a residual connection and a norm whose placement is the block's choice:
     pre  (Xiong et al. 2020, C13): x + f(norm(x))    — stable; needs a final norm after the stack
     post (Vaswani et al. 2017, C10): norm(x + f(x))  — the original; harder to train deep (claim E8)
-The feed-forward slot holds a dense :class:`FeedForward` or a :class:`MixtureOfExperts`; the block does not care.
+The feed-forward slot holds a dense feed-forward or a mixture of experts; the attention slots any attention with
+the :class:`MultiHeadAttention` call signature (GQA, windowed, QK-norm are its options). The block does not care.
 """
 
 from __future__ import annotations
@@ -17,10 +18,7 @@ from typing import Callable
 from torch import Tensor, nn
 
 from .attention import KVCache, MultiHeadAttention
-from .feedforward import build_ffn
-from .moe import MixtureOfExperts
-from .norm import apply_norm, build_norm
-from .spec import FFNSpec, MoESpec, NormSpec
+from .norm import apply_norm
 
 
 class EncoderBlock(nn.Module):
@@ -98,6 +96,7 @@ class DecoderBlock(EncoderBlock):
         x: Tensor,
         memory: Tensor | None = None,
         *,
+        attn_mask: Tensor | None = None,
         memory_padding_mask: Tensor | None = None,
         padding_mask: Tensor | None = None,
         is_causal: bool = True,
@@ -106,7 +105,7 @@ class DecoderBlock(EncoderBlock):
         """x: (B, T, D) decoder stream; memory: (B, S, D) the encoder's final output (None once cached)."""
         x = self._residual(
             x, self.sa_norm,
-            lambda h: self.self_attn(h, key_padding_mask=padding_mask, is_causal=is_causal,
+            lambda h: self.self_attn(h, attn_mask=attn_mask, key_padding_mask=padding_mask, is_causal=is_causal,
                                      kv_cache=cache.self_attn if cache else None),
             padding_mask,
         )
@@ -117,49 +116,3 @@ class DecoderBlock(EncoderBlock):
             padding_mask,
         )
         return self._residual(x, self.ffn_norm, self.ffn, padding_mask)
-
-
-def build_feedforward_slot(d_model: int, ffn: FFNSpec, moe: MoESpec, dropout: float = 0.0) -> nn.Module:
-    """A dense feed-forward of the chosen kind, or an MoE whose experts are each such a feed-forward."""
-    make = lambda: build_ffn(ffn.activation, d_model, ffn.hidden_mult, ffn.multiple_of, ffn.bias, dropout)  # noqa: E731
-    if not moe.enabled:
-        return make()
-    experts = [make() for _ in range(moe.num_experts)]
-    return MixtureOfExperts(d_model, experts, moe.top_k, moe.aux_loss_coef, moe.z_loss_coef)
-
-
-def build_block(
-    d_model: int,
-    n_heads: int,
-    *,
-    norm: NormSpec | dict | None = None,
-    ffn: FFNSpec | dict | None = None,
-    moe: MoESpec | dict | None = None,
-    dropout: float = 0.0,
-    attn_dropout: float = 0.0,
-    bias: bool = True,
-    rotary: nn.Module | None = None,
-    cross_attention: bool = False,
-    memory_dim: int | None = None,
-    scaled: bool = True,
-) -> EncoderBlock:
-    """Build one block from the config groups' specs: an EncoderBlock, or a DecoderBlock if ``cross_attention``.
-
-    ``scaled=False`` drops the 1/√d_head of every attention in the block (claim E3)."""
-    norm, ffn, moe = NormSpec.from_cfg(norm), FFNSpec.from_cfg(ffn), MoESpec.from_cfg(moe)
-    attn = lambda **kw: MultiHeadAttention(  # noqa: E731
-        d_model, n_heads, dropout=attn_dropout, bias=bias, scaled=scaled, **kw)
-    mk_norm = lambda: build_norm(norm.kind, d_model, norm.eps)  # noqa: E731
-    slot = build_feedforward_slot(d_model, ffn, moe, dropout)
-    if not cross_attention:
-        return EncoderBlock(attn(rotary=rotary), slot, mk_norm(), mk_norm(), norm.placement, dropout)
-    return DecoderBlock(
-        attn(rotary=rotary), attn(kv_dim=memory_dim or d_model), slot,
-        mk_norm(), mk_norm(), mk_norm(), norm.placement, dropout,
-    )
-
-
-def build_final_norm(norm: NormSpec | dict | None, d_model: int) -> nn.Module:
-    """Pre-norm stacks end with a norm (their residual stream is never normalized); post-norm ones already did."""
-    norm = NormSpec.from_cfg(norm)
-    return build_norm(norm.kind, d_model, norm.eps) if norm.placement == "pre" else nn.Identity()

@@ -1,12 +1,13 @@
-"""Position-wise feed-forward networks (seed claims C10, C15).
+"""Position-wise feed-forward networks (seed claims C10, C15), one part of the ``ffn`` config group.
 
-The module receives its parts (torchtune style): ``up_proj``, ``down_proj``, an activation and, for gated units,
-``gate_proj``. ReLU vs GELU vs SwiGLU is a builder's choice (:func:`build_ffn`), not an ``if`` in forward.
+``conf/ffn/*.yaml`` instantiates :class:`FeedForward` with ``_partial_: true``; the block builder finishes the call
+with the width (``ffn(dim=d_model, dropout=...)``). ReLU vs GELU vs SwiGLU is the YAML's choice of ``activation``
+(any ``nn.Module``, e.g. ``torch.nn.SiLU``) and ``gated``; a GeGLU is one more YAML file, no code.
 
-Hidden sizes, so that parameter counts compare (claim E10 is about quality at equal size):
-  relu / gelu: two matrices d×h with h = hidden_mult · d                        -> 2·d·h parameters
-  swiglu:      three matrices d×h' with h' = ⅔ · hidden_mult · d, rounded up to a multiple of ``multiple_of``
-               (LLaMA's rule)                                                    -> 3·d·h' ≈ 2·d·h parameters
+    plain: down(act(up(x)))                 two matrices d×h, h = hidden_mult · d              -> 2·d·h parameters
+    gated: down(act(gate(x)) * up(x))       three matrices d×h', h' = ⅔ · hidden_mult · d,     -> 3·d·h' ≈ 2·d·h
+                                            rounded up to a multiple of ``multiple_of`` (LLaMA's rule)
+so that parameter counts compare (claim E10 is about quality at equal size).
 """
 
 from __future__ import annotations
@@ -15,49 +16,37 @@ import math
 
 from torch import Tensor, nn
 
-FFN_ACTIVATIONS = ("relu", "gelu", "swiglu")
 
-
-class FeedForward(nn.Module):
-    """down(act(up(x))), or down(act(gate(x)) * up(x)) when a gate is given (GLU family)."""
-
-    def __init__(
-        self,
-        up_proj: nn.Linear,
-        down_proj: nn.Linear,
-        activation: nn.Module,
-        gate_proj: nn.Linear | None = None,
-        dropout: float = 0.0,
-    ):
-        super().__init__()
-        self.up_proj, self.down_proj, self.activation, self.gate_proj = up_proj, down_proj, activation, gate_proj
-        self.dropout = nn.Dropout(dropout) if dropout else nn.Identity()
-
-    def forward(self, x: Tensor) -> Tensor:  # (..., D) -> (..., D)
-        h = self.up_proj(x)
-        h = self.activation(self.gate_proj(x)) * h if self.gate_proj is not None else self.activation(h)
-        return self.down_proj(self.dropout(h))
-
-
-def ffn_hidden_dim(activation: str, dim: int, hidden_mult: float = 4.0, multiple_of: int = 8) -> int:
+def ffn_hidden_dim(dim: int, hidden_mult: float = 4.0, multiple_of: int = 8, gated: bool = False) -> int:
     hidden = hidden_mult * dim
-    if activation == "swiglu":
+    if gated:
         hidden = 2 * hidden / 3
     return int(multiple_of * math.ceil(hidden / multiple_of))
 
 
-def build_ffn(
-    activation: str,
-    dim: int,
-    hidden_mult: float = 4.0,
-    multiple_of: int = 8,
-    bias: bool = True,
-    dropout: float = 0.0,
-) -> FeedForward:
-    if activation not in FFN_ACTIVATIONS:
-        raise ValueError(f"unknown ffn activation {activation!r}; choose one of {', '.join(FFN_ACTIVATIONS)}")
-    hidden = ffn_hidden_dim(activation, dim, hidden_mult, multiple_of)
-    up, down = nn.Linear(dim, hidden, bias=bias), nn.Linear(hidden, dim, bias=bias)
-    if activation == "swiglu":
-        return FeedForward(up, down, nn.SiLU(), gate_proj=nn.Linear(dim, hidden, bias=bias), dropout=dropout)
-    return FeedForward(up, down, nn.ReLU() if activation == "relu" else nn.GELU(), dropout=dropout)
+class FeedForward(nn.Module):
+    """down(act(up(x))), or down(act(gate(x)) * up(x)) when ``gated`` (GLU family). (..., D) -> (..., D)."""
+
+    def __init__(
+        self,
+        dim: int,
+        activation: nn.Module | None = None,
+        *,
+        gated: bool = False,
+        hidden_mult: float = 4.0,
+        multiple_of: int = 8,
+        bias: bool = True,
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        hidden = ffn_hidden_dim(dim, hidden_mult, multiple_of, gated)
+        # registration order up, down, activation, gate: the state-dict and optimizer order of earlier checkpoints
+        self.up_proj, self.down_proj = nn.Linear(dim, hidden, bias=bias), nn.Linear(hidden, dim, bias=bias)
+        self.activation = activation if activation is not None else nn.GELU()
+        self.gate_proj = nn.Linear(dim, hidden, bias=bias) if gated else None
+        self.dropout = nn.Dropout(dropout) if dropout else nn.Identity()
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.up_proj(x)
+        h = self.activation(self.gate_proj(x)) * h if self.gate_proj is not None else self.activation(h)
+        return self.down_proj(self.dropout(h))

@@ -14,6 +14,8 @@ Auxiliary losses (kept on the module after each forward; the task adds them to i
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -82,6 +84,19 @@ class MixtureOfExperts(nn.Module):
     def loss(self) -> Tensor:
         """The weighted auxiliary term to add to the task loss (after a forward)."""
         return self.aux_loss_coef * self.aux_loss + self.z_loss_coef * self.z_loss
+
+
+def mixture_of_experts(
+    dim: int,
+    expert: Callable[[], nn.Module],
+    num_experts: int = 8,
+    top_k: int = 2,
+    aux_loss_coef: float = 0.01,
+    z_loss_coef: float = 0.001,
+) -> MixtureOfExperts:
+    """The ``moe=on`` part (conf/moe/on.yaml, ``_partial_: true``): ``num_experts`` experts, each made by
+    ``expert()`` (the block builder passes the ``ffn`` group's feed-forward), behind one router."""
+    return MixtureOfExperts(dim, [expert() for _ in range(num_experts)], top_k, aux_loss_coef, z_loss_coef)
 
 
 def moe_layers(model: nn.Module) -> list[MixtureOfExperts]:

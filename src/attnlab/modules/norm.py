@@ -1,7 +1,8 @@
 """Normalization layers (seed claims C13, C14, C19).
 
-The layer kind lives here; *where* it goes (before the sublayer = pre-norm, after the residual = post-norm) is the
-block's choice (see :mod:`attnlab.modules.block`).
+The layer is the ``norm`` config group's ``layer`` (conf/norm/*.yaml: ``torch.nn.LayerNorm``, ``torch.nn.RMSNorm``,
+or :class:`SequenceBatchNorm` here); *where* it goes (before the sublayer = pre-norm, after the residual =
+post-norm) is the group's ``placement``, applied by the block (see :mod:`attnlab.modules.block`).
 
 * LayerNorm: normalize each token over its features, re-center and rescale (learned gain and bias).
 * RMSNorm (Zhang & Sennrich 2019): only rescale by the root mean square, no mean, no bias: cheaper (claim E9).
@@ -13,9 +14,6 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-
-NORM_KINDS = ("layernorm", "rmsnorm", "batchnorm")
-
 
 class SequenceBatchNorm(nn.BatchNorm1d):
     """BatchNorm over the feature dimension of a (..., D) stream: statistics across every batch row and position.
@@ -59,16 +57,6 @@ class SequenceBatchNorm(nn.BatchNorm1d):
         if self.affine:
             y = y * self.weight + self.bias
         return y.view_as(x)
-
-
-def build_norm(kind: str, dim: int, eps: float = 1e-5) -> nn.Module:
-    if kind == "layernorm":
-        return nn.LayerNorm(dim, eps=eps)
-    if kind == "rmsnorm":
-        return nn.RMSNorm(dim, eps=eps)
-    if kind == "batchnorm":
-        return SequenceBatchNorm(dim, eps=eps)
-    raise ValueError(f"unknown norm kind {kind!r}; choose one of {', '.join(NORM_KINDS)}")
 
 
 def apply_norm(norm: nn.Module, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:

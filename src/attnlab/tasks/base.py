@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
+from ..checkpoint_upgrade import upgrade_net_config, upgrade_state_dict
 from ..modules.moe import expert_fractions, moe_losses
 
 
@@ -28,7 +29,8 @@ def build_net(cfg: Any) -> nn.Module:
     """Instantiate a plain nn.Module from a config with ``_target_`` (or pass a built module through)."""
     if isinstance(cfg, nn.Module):
         return cfg
-    return hydra.utils.instantiate(to_container(cfg), _convert_="all")
+    # a config of an earlier layout (an old checkpoint's or run's) in today's form first
+    return hydra.utils.instantiate(upgrade_net_config(to_container(cfg)), _convert_="all")
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -76,6 +78,8 @@ class Task(L.LightningModule):
     ):
         super().__init__()
         self.save_hyperparameters(logger=False)
+        if not isinstance(net, nn.Module):  # a checkpoint of an earlier layout: its config in today's form
+            self.hparams["net"] = net = upgrade_net_config(to_container(net))
         self.net = build_net(net)
         self.optimizer_cfg = {"lr": 3e-4, "betas": (0.9, 0.95), "weight_decay": 0.1, "eps": 1e-8,
                               **(to_container(optimizer) or {})}
@@ -108,6 +112,10 @@ class Task(L.LightningModule):
         checkpoint["rng_states"] = {"torch": torch.get_rng_state(), "python": random.getstate()}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        # Lightning calls this before loading the weights: old key names are moved to today's here
+        net = (checkpoint.get("hyper_parameters") or {}).get("net")
+        if "state_dict" in checkpoint and isinstance(net, dict):
+            upgrade_state_dict(checkpoint["state_dict"], net.get("_target_"))
         self._pending_rng = checkpoint.get("rng_states")
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:

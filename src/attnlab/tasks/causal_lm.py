@@ -18,7 +18,7 @@ def lm_loss(net, ids: Tensor, labels: Tensor) -> Tensor:
     The fused form never holds the (B·T, V) logits (see :mod:`attnlab.modules.loss`); any other net is called
     for its logits and scored with ``F.cross_entropy``.
     """
-    head = getattr(net, "lm_head", None)
+    head = getattr(net, "head", None)
     if callable(getattr(net, "hidden_states", None)) and head is not None and head.bias is None:
         return linear_cross_entropy(net.hidden_states(ids), head.weight, labels)
     return F.cross_entropy(net(ids).flatten(0, 1), labels.flatten())

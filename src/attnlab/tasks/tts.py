@@ -65,7 +65,7 @@ class TTSTask(Task):
         super().__init__(net, optimizer, scheduler, compile)
         ga = {"enabled": True, "sigma": 0.4, "weight": 1.0, "layers": [-2, -1], "heads": 2, "half_life": None,
               **(dict(guided_attention) if guided_attention else {})}
-        n_dec = len(self.net.dec_blocks)
+        n_dec = len(self.net.decoder.layers)
         ga["layers"] = sorted({int(i) % n_dec for i in ga["layers"]})
         ga["heads"] = max(1, min(int(ga["heads"]), self.net.n_heads))
         self.guided = ga

@@ -9,35 +9,63 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from ..errors import UserError
 
-BLOCK_GROUPS = ("norm", "ffn", "moe", "pos")
+BLOCK_GROUPS = ("norm", "ffn", "moe", "attn", "pos")
 
 
 class ConfigError(UserError, ValueError):
     """A config choice that cannot work; train.py prints its one-line message and exits with status 2."""
 
 
+def used_groups(cfg: DictConfig) -> list[str]:
+    """The block groups the chosen model is built from, derived from its config: the groups its ``model.net``
+    interpolates (``norm: ${norm}``), narrowed by the net class's ``block_groups(net_cfg, groups)`` where the
+    model reads them only in some settings (the sequence classifier: only its attention encoder)."""
+    if "model" not in cfg or "net" not in cfg.model:
+        return []
+    net = OmegaConf.to_container(cfg.model.net, resolve=False)
+    text = repr(net)
+    groups = [g for g in BLOCK_GROUPS if "${" + g + "}" in text]
+    target = net.get("_target_") if isinstance(net, dict) else None
+    if groups and isinstance(target, str) and target.startswith("attnlab."):
+        import hydra
+
+        narrow = getattr(hydra.utils.get_class(target), "block_groups", None)
+        if narrow is not None:
+            groups = [g for g in groups if g in narrow(OmegaConf.to_container(cfg.model.net, resolve=True))]
+    return groups
+
+
 def check_block_groups(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
     """Refuse a block-group override (``norm=rms``) for a model that is not built from that group.
 
     ``overrides`` are the command line's overrides (``HydraConfig.get().overrides.task``); a group the model does
-    not list in ``model.uses_groups`` and that the user chose explicitly would otherwise be a silent no-op.
+    not use (:func:`used_groups`) and that the user chose explicitly would otherwise be a silent no-op.
     """
-    uses = set(cfg.model.get("uses_groups") or [])
+    uses = used_groups(cfg)
     chosen = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
     ignored = sorted(g for g in BLOCK_GROUPS if g in chosen and g not in uses)
     if ignored:
         name = cfg.model.get("name", "this model")
         raise ConfigError(
             f"{', '.join(g + '=' for g in ignored)} does not apply to model={name} "
-            f"(it is built from: {', '.join(sorted(uses)) or 'none of norm/ffn/moe/pos'}); drop the override"
+            f"(it is built from: {', '.join(uses) or 'none of ' + '/'.join(BLOCK_GROUPS)}); drop the override"
         )
+
+
+def group_choices() -> dict[str, str]:
+    """The option chosen for each config group in this Hydra run (``{"norm": "rms", ...}``); empty outside one."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return {k: str(v) for k, v in HydraConfig.get().runtime.choices.items() if v is not None}
+    except ValueError:  # no Hydra run (a config composed by hand)
+        return {}
 
 
 def auto_tags(cfg: DictConfig) -> list[str]:
     tags = [str(cfg.model.get("name", "model"))]
-    for g in cfg.model.get("uses_groups") or []:
-        if g in cfg and "name" in cfg[g]:
-            tags.append(f"{g}={cfg[g].name}")
+    choices = group_choices()
+    tags += [f"{g}={choices[g]}" for g in used_groups(cfg) if g in choices]
     if cfg.get("experiment_name"):
         tags.append(f"experiment={cfg.experiment_name}")
     return tags + [str(t) for t in cfg.get("tags") or []]

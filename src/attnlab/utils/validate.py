@@ -10,8 +10,10 @@ allowed, instead of a torch error that never names the key (``model.net.d_model=
 * ``RELATIONS``: checks between values (d_model divisible by n_heads, top_k <= num_experts, the data's image size and
   the model's, ...), each skipped unless its keys are there.
 
-The block groups (``norm``, ``ffn``, ``moe``, ``pos``) are checked under their own names (``moe.top_k``, what the
-user types) and only for a model built from them (``model.uses_groups``); ``moe.*`` only when the mixture is on.
+The block groups (``norm``, ``ffn``, ``moe``, ``attn``, ``pos``) are checked under their own names (``moe.top_k``,
+what the user types) and only for a model built from them (:func:`~attnlab.utils.config.used_groups`); ``moe.*``
+only when the mixture is on. Which class a group option builds is Hydra's business (an unknown option is its one
+line); the numbers it is given are checked here.
 """
 
 from __future__ import annotations
@@ -27,10 +29,8 @@ from ..data.numbers import TARGET_LANGS
 from ..decoding.scheduled_sampling import SCHEDULES
 from ..models.seq2seq_rnn import ATTENTIONS, CELLS
 from ..models.sequence_classifier import ENCODERS
-from ..modules.feedforward import FFN_ACTIVATIONS
-from ..modules.norm import NORM_KINDS
-from ..modules.positional import POSITION_KINDS
-from .config import ConfigError, flatten
+from ..modules.parts import PLACEMENTS
+from .config import BLOCK_GROUPS, ConfigError, flatten, used_groups
 
 # A check returns None for a good value, else what is allowed ("must be a positive integer").
 Check = Callable[[Any], "str | None"]
@@ -126,7 +126,7 @@ RULES: list[tuple[str, Check]] = [
     # sizes of every model family (causal_lm, transformer_mt/nat, seq2seq_*, sequence_classifier, vit, tts)
     *((f"model.net.{k}", positive_int) for k in (
         "vocab_size", "d_model", "n_heads", "n_layers", "d_emb", "d_hidden", "max_len", "num_classes", "kernel_size",
-        "image_size", "patch_size", "in_channels", "n_mels", "n_enc_layers", "n_dec_layers", "reduction",
+        "image_size", "patch_size", "in_channels", "n_mels", "reduction",
         "dec_prenet_dim", "postnet_channels", "postnet_layers", "max_text_len", "max_dec_steps")),
     ("model.net.n_encoder_layers", optional(positive_int)),  # null: n_layers
     ("model.net.n_decoder_layers", optional(positive_int)),
@@ -162,16 +162,20 @@ RULES: list[tuple[str, Check]] = [
     ("trainer.max_epochs", optional(int_at_least(-1))),  # -1: no limit (Lightning's convention)
     ("trainer.max_steps", optional(int_at_least(-1))),
     # block groups (checked only for a model built from them)
-    ("norm.kind", one_of(NORM_KINDS)),
-    ("norm.placement", one_of(("pre", "post"))),
-    ("ffn.activation", one_of(FFN_ACTIVATIONS)),
-    ("pos.kind", one_of(POSITION_KINDS)),
+    ("norm.placement", one_of(PLACEMENTS)),
+    # parts given as one value where a config is needed (`ffn.activation=tanh`); a config is flattened away
+    ("norm.layer", lambda v: "must be a layer config such as {_target_: torch.nn.LayerNorm, _partial_: true}"),
+    ("ffn.activation", lambda v: "must be a module config such as {_target_: torch.nn.GELU} (or choose "
+                                 "ffn=relu|gelu|swiglu|geglu)"),
+    ("norm.layer.eps", positive_number),
     ("ffn.hidden_mult", positive_number),
     ("ffn.multiple_of", positive_int),
     ("moe.num_experts", positive_int),
     ("moe.top_k", positive_int),
     ("moe.aux_loss_coef", non_negative_number),
     ("moe.z_loss_coef", non_negative_number),
+    ("attn.kv_heads", optional(positive_int)),
+    ("attn.window", optional(positive_int)),
 ]
 
 
@@ -200,6 +204,13 @@ def _heads(flat: Mapping[str, Any]) -> str | None:
     return _divisible("model.net.d_model", "model.net.n_heads", "each head gets d_model / n_heads dimensions")(flat)
 
 
+def _kv_heads(flat: Mapping[str, Any]) -> str | None:
+    if flat.get("attn.kv_heads") is None:
+        return None
+    return _divisible("model.net.n_heads", "attn.kv_heads",
+                      "grouped-query attention shares each key/value head among n_heads / kv_heads query heads")(flat)
+
+
 def _top_k(flat: Mapping[str, Any]) -> str | None:
     k, n = flat.get("moe.top_k"), flat.get("moe.num_experts")
     if _is_int(k) and _is_int(n) and k > n:
@@ -216,7 +227,7 @@ def _bidirectional_gru(flat: Mapping[str, Any]) -> str | None:
 
 def _rotary_head_dim(flat: Mapping[str, Any]) -> str | None:
     d, h = flat.get("model.net.d_model"), flat.get("model.net.n_heads")
-    if flat.get("pos.kind") == "rotary" and _is_int(d) and _is_int(h) and h > 0 and d % h == 0 and (d // h) % 2:
+    if str(flat.get("pos._target_", "")).endswith("RotaryPositions") and _is_int(d) and _is_int(h) and h > 0 and d % h == 0 and (d // h) % 2:
         return (f"pos=rotary needs an even head dimension, but model.net.d_model={d} / model.net.n_heads={h} = "
                 f"{d // h}")
     return None
@@ -249,6 +260,7 @@ RELATIONS: list[Callable[[Mapping[str, Any]], str | None]] = [
     _same("model.net.in_channels", "data.in_channels", "the model is built for the images the data gives; set both "
           "alike (or leave model.net.in_channels at its default ${data.in_channels})"),
     _top_k,
+    _kv_heads,
     _bpe_vocab,
     _bidirectional_gru,
     _rotary_head_dim,
@@ -281,16 +293,14 @@ def _checked_values(cfg: DictConfig) -> dict[str, Any]:
         node = cfg.get(key)
         if isinstance(node, DictConfig):
             view[key] = OmegaConf.to_container(node, resolve=True)
-    groups = set(cfg.model.get("uses_groups") or []) if "model" in cfg else set()
-    for g in ("norm", "ffn", "moe", "pos"):
+    groups = used_groups(cfg)
+    for g in groups:
         node = cfg.get(g)
-        if g in groups and isinstance(node, DictConfig):
-            if g == "moe" and not node.get("enabled"):
-                continue
+        if isinstance(node, DictConfig) and len(node):  # moe=off is {}
             view[g] = OmegaConf.to_container(node, resolve=True)
     net = view.get("model", {}).get("net")
     if isinstance(net, dict):
-        for g in ("norm", "ffn", "moe", "pos"):
+        for g in BLOCK_GROUPS:
             net.pop(g, None)
     return flatten(view)
 

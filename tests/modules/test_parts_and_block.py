@@ -1,7 +1,8 @@
-"""Config specs, the block builder, encoder/decoder blocks."""
+"""Parts from the config groups, the layer/stack builders, encoder/decoder blocks."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import pytest
@@ -9,80 +10,94 @@ import torch
 from torch import nn
 
 from attnlab.modules.attention import KVCache, MultiHeadAttention
-from attnlab.modules.block import DecoderBlock, DecoderCache, EncoderBlock, build_block, build_final_norm
+from attnlab.modules.block import DecoderBlock, DecoderCache, EncoderBlock
 from attnlab.modules.feedforward import FeedForward
 from attnlab.modules.moe import MixtureOfExperts
+from attnlab.modules.parts import BlockParts, Norm, PartError, load_part, resolve_norm, resolve_part
 from attnlab.modules.positional import RotaryEmbedding
-from attnlab.modules.spec import FFNSpec, MoESpec, NormSpec, PosSpec
+from attnlab.modules.stack import TransformerStack, build_layer, build_stack
 
 D, H = 32, 4
 ATOL = 1e-5
 
-NORMS = {
-    "pre": dict(name="pre", kind="layernorm", placement="pre"),
-    "post": dict(name="post", kind="layernorm", placement="post"),
-    "rms": dict(name="rms", kind="rmsnorm", placement="pre"),
-}
-FFNS = {a: dict(name=a, activation=a) for a in ("relu", "gelu", "swiglu")}
-MOES = {"off": dict(name="off", enabled=False), "on": dict(name="on", enabled=True, num_experts=3, top_k=2)}
+NORMS = ("pre", "post", "rms")
+FFNS = ("relu", "gelu", "swiglu")
+MOES = ("off", "on")
 
 
-# --------------------------------------------------------------------------- specs
+def parts(norm="pre", ffn="gelu", moe="off", attn="mha") -> BlockParts:
+    """The parts `python train.py norm=<norm> ffn=<ffn> moe=<moe> attn=<attn>` gives a model (conf/<group>/*.yaml)."""
+    moe_cfg = load_part("moe", moe, num_experts=3) if moe == "on" else load_part("moe", moe)
+    return BlockParts.resolve(load_part("norm", norm), load_part("ffn", ffn), moe_cfg, load_part("attn", attn))
 
 
-@pytest.mark.parametrize("cls", [NormSpec, FFNSpec, MoESpec, PosSpec])
-def test_from_cfg_unknown_key(cls):
-    with pytest.raises(ValueError, match="bogus_key"):
-        cls.from_cfg({"name": "x", "bogus_key": 1})
+def build_block(norm="pre", ffn="gelu", moe="off", **kw) -> EncoderBlock:
+    return build_layer(D, H, parts(norm, ffn, moe), **kw)
 
 
-@pytest.mark.parametrize("cls", [NormSpec, FFNSpec, MoESpec, PosSpec])
-def test_from_cfg_defaults_instances_and_type_errors(cls):
-    default = cls.from_cfg(None)
-    assert default == cls()
-    assert cls.from_cfg(default) is default
-    with pytest.raises(TypeError):
-        cls.from_cfg(["name"])
+# --------------------------------------------------------------------------- parts
 
 
-def test_from_cfg_values():
-    spec = NormSpec.from_cfg({"kind": "rmsnorm", "placement": "pre", "eps": 1e-6})
-    assert (spec.kind, spec.placement, spec.eps) == ("rmsnorm", "pre", 1e-6)
-    assert FFNSpec.from_cfg({"activation": "swiglu", "hidden_mult": 3.0}).hidden_mult == 3.0
-    assert MoESpec.from_cfg({"enabled": True, "num_experts": 4}).num_experts == 4
-    assert PosSpec.from_cfg({"kind": "rotary"}).kind == "rotary"
+def test_code_defaults_are_the_default_config_groups():
+    """A model built in Python without parts gets what `python train.py` picks (conf/train.yaml's defaults)."""
+    torch.manual_seed(0)
+    default = build_layer(D, H, BlockParts())
+    torch.manual_seed(0)
+    from_conf = build_layer(D, H, parts("pre", "gelu", "off", "mha"))
+    assert [(k, v.shape) for k, v in default.state_dict().items()] == \
+        [(k, v.shape) for k, v in from_conf.state_dict().items()]
+    assert [type(m) for m in default.modules()] == [type(m) for m in from_conf.modules()]
+    x = torch.randn(2, 5, D)
+    torch.testing.assert_close(default.eval()(x), from_conf.eval()(x))
 
 
-@pytest.mark.parametrize(
-    "cls, cfg, field",
-    [
-        (NormSpec, {"kind": "groupnorm"}, "kind"),
-        (NormSpec, {"placement": "sandwich"}, "placement"),
-        (FFNSpec, {"activation": "tanh"}, "activation"),
-        (PosSpec, {"kind": "alibi"}, "kind"),
-    ],
-)
-def test_invalid_kinds(cls, cfg, field):
-    with pytest.raises(ValueError, match=f"{cls.__name__}.{field}"):
-        cls.from_cfg(cfg)
+def test_parts_from_config_mappings_and_built_objects():
+    norm = resolve_norm(load_part("norm", "rms", layer={"eps": 1e-6}))
+    assert norm.placement == "pre" and type(norm.layer(D)) is nn.RMSNorm and norm.layer(D).eps == 1e-6
+    assert resolve_norm(norm) is norm and resolve_norm(None).placement == "pre"
+    ffn = resolve_part("ffn", functools.partial(FeedForward, gated=True), None)
+    assert ffn(dim=D).gate_proj is not None
+    assert resolve_part("moe", {}, None) is None  # conf/moe/off.yaml
+    assert resolve_part("moe", None, None) is None
 
 
-# --------------------------------------------------------------------------- build_block grid
+@pytest.mark.parametrize("bad, match", [
+    ({"placement": "sandwich", "layer": {"_target_": "torch.nn.LayerNorm", "_partial_": True}}, "norm.placement"),
+    ({"placement": "pre"}, "norm must be"),
+    ({"placement": "pre", "layer": {"_target_": "torch.nn.LayerNorm", "_partial_": True}, "kind": "x"}, "unknown key"),
+    ({"placement": "pre", "layer": {"_target_": "torch.nn.NoSuchNorm", "_partial_": True}}, "cannot build"),
+])
+def test_bad_norm_parts_are_one_line_errors(bad, match):
+    with pytest.raises(PartError, match=match) as e:
+        resolve_norm(bad)
+    assert "\n" not in str(e.value)
 
-NORM_TYPES = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}
+
+def test_load_part_unknown_option_names_the_choices():
+    with pytest.raises(PartError, match="no attn option 'bogus'; choose one of .*gqa.*mha.*mqa"):
+        load_part("attn", "bogus")
+
+
+def test_a_norm_placement_must_be_known():
+    with pytest.raises(PartError, match="placement"):
+        Norm(nn.LayerNorm, "middle")
+
+
+# --------------------------------------------------------------------------- build_layer grid
+
+NORM_TYPES = {"pre": nn.LayerNorm, "post": nn.LayerNorm, "rms": nn.RMSNorm}
 ACT_TYPES = {"relu": nn.ReLU, "gelu": nn.GELU, "swiglu": nn.SiLU}
 
 
 @pytest.mark.parametrize("norm, ffn, moe", list(itertools.product(NORMS, FFNS, MOES)))
-def test_build_block_grid(norm, ffn, moe):
+def test_build_layer_grid(norm, ffn, moe):
     torch.manual_seed(0)
-    block = build_block(D, H, norm=NORMS[norm], ffn=FFNS[ffn], moe=MOES[moe]).eval()
+    block = build_block(norm, ffn, moe).eval()
     assert type(block) is EncoderBlock
     assert isinstance(block.self_attn, MultiHeadAttention) and not block.self_attn.is_cross
-    kind = NORMS[norm]["kind"]
-    assert type(block.sa_norm) is NORM_TYPES[kind] and type(block.ffn_norm) is NORM_TYPES[kind]
+    assert type(block.sa_norm) is NORM_TYPES[norm] and type(block.ffn_norm) is NORM_TYPES[norm]
     assert block.sa_norm is not block.ffn_norm
-    assert block.placement == NORMS[norm]["placement"]
+    assert block.placement == ("post" if norm == "post" else "pre")
     if moe == "on":
         assert isinstance(block.ffn, MixtureOfExperts)
         assert block.ffn.num_experts == 3 and block.ffn.top_k == 2
@@ -103,8 +118,8 @@ def test_build_block_grid(norm, ffn, moe):
 
 def test_pre_and_post_placement_differ_and_follow_their_formulas():
     torch.manual_seed(0)
-    pre = build_block(D, H, norm=NORMS["pre"]).eval()
-    post = build_block(D, H, norm=NORMS["post"]).eval()
+    pre = build_block("pre").eval()
+    post = build_block("post").eval()
     post.load_state_dict(pre.state_dict())
     # non-trivial norm parameters so that the two orders are visibly different
     with torch.no_grad():
@@ -130,8 +145,8 @@ def test_block_placement_checked():
 def test_block_padding_mask_and_rotary_pass_through():
     torch.manual_seed(0)
     rope = RotaryEmbedding(D // H, 16)
-    block = build_block(D, H, rotary=rope).eval()
-    assert block.self_attn.rotary is rope
+    block = build_block(positions=rope).eval()
+    assert block.self_attn.positions is rope
     x = torch.randn(2, 6, D)
     pad = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
     y = block(x, padding_mask=pad)
@@ -148,7 +163,7 @@ def test_block_padding_mask_and_rotary_pass_through():
 
 def make_decoder(memory_dim=None, norm="pre", seed=0) -> DecoderBlock:
     torch.manual_seed(seed)
-    return build_block(D, H, norm=NORMS[norm], cross_attention=True, memory_dim=memory_dim).eval()
+    return build_block(norm, cross_attention=True, memory_dim=memory_dim).eval()
 
 
 def test_decoder_block_structure():
@@ -213,16 +228,32 @@ def test_decoder_cache_reorder():
     assert torch.equal(cache.cross_attn.k[:, 0, 4, 1], torch.tensor([1.0, 0.0, 0.0]))
 
 
-# --------------------------------------------------------------------------- final norm
+# --------------------------------------------------------------------------- stacks and final norm
 
 
 @pytest.mark.parametrize("norm, expected", [("pre", nn.LayerNorm), ("rms", nn.RMSNorm), ("post", nn.Identity)])
-def test_build_final_norm(norm, expected):
-    m = build_final_norm(NORMS[norm], D)
-    assert type(m) is expected
+def test_stack_final_norm_follows_the_placement(norm, expected):
+    stack = build_stack(2, D, H, parts(norm))
+    assert type(stack) is TransformerStack and len(stack) == 2
+    assert type(stack.final_norm) is expected
     if expected is not nn.Identity:
-        assert m.normalized_shape == (D,)
+        assert stack.final_norm.normalized_shape == (D,)
 
 
-def test_build_final_norm_default_is_pre_layernorm():
-    assert type(build_final_norm(None, D)) is nn.LayerNorm
+def test_stack_equals_its_layers_then_final_norm():
+    torch.manual_seed(0)
+    stack = build_stack(3, D, H, parts("rms", "swiglu")).eval()
+    x = torch.randn(2, 5, D)
+    h = x
+    for layer in stack.layers:
+        h = layer(h, is_causal=True)
+    torch.testing.assert_close(stack(x, is_causal=True), stack.final_norm(h))
+
+
+@pytest.mark.parametrize("attn, kv_heads", [("mha", H), ("gqa", 2), ("mqa", 1)])
+def test_stack_caches_are_sized_by_the_attention(attn, kv_heads):
+    stack = build_stack(2, D, H, parts(attn=attn), cross_attention=True)
+    caches = stack.new_caches(3, 7, memory_len=5)
+    assert len(caches) == 2 and all(isinstance(c, DecoderCache) for c in caches)
+    assert caches[0].self_attn.k.shape == (3, kv_heads, 7, D // H)
+    assert caches[0].cross_attn.k.shape == (3, kv_heads, 5, D // H)

@@ -1,0 +1,127 @@
+"""Checkpoints written before the parts-from-config layout (issue 13) load as they are: their ``net`` config and
+state-dict keys are rewritten into today's form when a task is built from them.
+
+Before, a ``net`` config carried the block groups as plain specs (``norm: {name: rms, kind: rmsnorm, placement:
+pre, eps: ...}``, ``ffn: {activation: swiglu, ...}``, ``moe: {enabled: ...}``, ``pos: {kind: rotary, ...}``) and an
+attention flag ``scaled``; the models named their stacks per family (``blocks``, ``encoder.0``, ``enc_blocks``,
+``final_norm``/``encoder_norm``/``enc_norm``, ``lm_head``/``out_proj``/``mel_proj``). Today the groups are parts
+with ``_target_`` (:mod:`attnlab.modules.parts`) and every family has ``encoder``/``decoder`` stacks with
+``layers`` and ``final_norm``, and a ``head``. The parameters are the same tensors, in the same order (so an
+optimizer state resumes as well): only names move, and the ViT's position table loses its leading batch axis.
+
+:class:`attnlab.tasks.base.Task` calls :func:`upgrade_net_config` before building its net and
+:func:`upgrade_state_dict` in ``on_load_checkpoint`` (Lightning calls it before loading the weights, both for
+``load_from_checkpoint`` and for ``trainer.fit(ckpt_path=...)``). Both leave a current checkpoint unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+NORM_LAYERS = {"layernorm": "torch.nn.LayerNorm", "rmsnorm": "torch.nn.RMSNorm",
+               "batchnorm": "attnlab.modules.norm.SequenceBatchNorm"}
+ACTIVATIONS = {"relu": "torch.nn.ReLU", "gelu": "torch.nn.GELU", "swiglu": "torch.nn.SiLU"}
+POSITIONS = {"learned": "attnlab.modules.positional.LearnedPositions",
+             "sinusoidal": "attnlab.modules.positional.SinusoidalPositions",
+             "rotary": "attnlab.modules.positional.RotaryPositions",
+             "none": "attnlab.modules.positional.NoPositions"}
+ATTENTION = "attnlab.modules.attention.MultiHeadAttention"
+
+
+def _is_spec(value: Any, marker: str) -> bool:
+    """An old spec: a mapping without ``_target_`` that has the spec's telling key."""
+    return isinstance(value, Mapping) and "_target_" not in value and marker in value
+
+
+def upgrade_norm(spec: Mapping) -> dict:
+    layer = {"_target_": NORM_LAYERS[spec.get("kind", "layernorm")], "_partial_": True, "eps": spec.get("eps", 1e-5)}
+    return {"placement": spec.get("placement", "pre"), "layer": layer}
+
+
+def upgrade_ffn(spec: Mapping) -> dict:
+    activation = spec.get("activation", "gelu")
+    return {"_target_": "attnlab.modules.feedforward.FeedForward", "_partial_": True,
+            "activation": {"_target_": ACTIVATIONS[activation]}, "gated": activation == "swiglu",
+            "hidden_mult": spec.get("hidden_mult", 4.0), "multiple_of": spec.get("multiple_of", 8),
+            "bias": spec.get("bias", True)}
+
+
+def upgrade_moe(spec: Mapping) -> dict:
+    if not spec.get("enabled"):
+        return {}
+    return {"_target_": "attnlab.modules.moe.mixture_of_experts", "_partial_": True,
+            **{k: spec[k] for k in ("num_experts", "top_k", "aux_loss_coef", "z_loss_coef") if k in spec}}
+
+
+def upgrade_pos(spec: Mapping) -> dict:
+    kind = spec.get("kind", "learned")
+    part = {"_target_": POSITIONS[kind], "_partial_": True}
+    if kind == "rotary":
+        part["base"] = spec.get("rotary_base", 10000.0)
+    return part
+
+
+SPECS = {"norm": ("kind", upgrade_norm), "ffn": ("activation", upgrade_ffn), "moe": ("enabled", upgrade_moe),
+         "pos": ("kind", upgrade_pos)}
+RENAMED_ARGS = {"n_enc_layers": "n_encoder_layers", "n_dec_layers": "n_decoder_layers"}
+
+
+def upgrade_net_config(net: Any) -> Any:
+    """A ``net`` config (``_target_`` + arguments) of any age -> today's form; anything else is returned as is."""
+    if not isinstance(net, Mapping):
+        return net
+    out = dict(net)
+    for group, (marker, upgrade) in SPECS.items():
+        old_norm = group == "norm" and isinstance(out.get(group), Mapping) and "layer" not in out[group]
+        if _is_spec(out.get(group), marker) or old_norm:
+            out[group] = upgrade(out[group])
+    if "scaled" in out:  # the attention flag became an option of the attn group
+        scaled = out.pop("scaled")
+        if "attn" not in out and scaled is False:
+            out["attn"] = {"_target_": ATTENTION, "_partial_": True, "scaled": False}
+    for old, new in RENAMED_ARGS.items():
+        if old in out:
+            out[new] = out.pop(old)
+    return out
+
+
+# net class name -> (old key prefix, new key prefix), first match wins
+KEY_RENAMES: dict[str, list[tuple[str, str]]] = {
+    "CausalLM": [(r"blocks\.", "decoder.layers."), (r"final_norm\.", "decoder.final_norm."),
+                 (r"lm_head\.", "head.")],
+    "TransformerMT": [(r"encoder\.(\d+)\.", r"encoder.layers.\1."), (r"encoder_norm\.", "encoder.final_norm."),
+                      (r"decoder\.(\d+)\.", r"decoder.layers.\1."), (r"decoder_norm\.", "decoder.final_norm."),
+                      (r"out_proj\.", "head.")],
+    "VisionTransformer": [(r"blocks\.", "encoder.layers."), (r"final_norm\.", "encoder.final_norm."),
+                          (r"pos_embed$", "positions.table")],
+    "SequenceClassifier": [(r"encoder\.blocks\.", "encoder.layers.")],
+    "TransformerTTS": [(r"enc_blocks\.", "encoder.layers."), (r"enc_norm\.", "encoder.final_norm."),
+                       (r"dec_blocks\.", "decoder.layers."), (r"dec_norm\.", "decoder.final_norm."),
+                       (r"mel_proj\.", "mel_head."), (r"stop_proj\.", "stop_head.")],
+}
+KEY_RENAMES["TransformerNAT"] = KEY_RENAMES["TransformerMT"]
+
+
+def upgrade_state_dict(state_dict: dict, net_target: str | None, prefix: str = "net.") -> bool:
+    """Rename the old keys of ``state_dict`` (a task's: net keys start with ``prefix``) in place, keeping their
+    order; True if anything changed."""
+    rules = KEY_RENAMES.get(str(net_target or "").rsplit(".", 1)[-1])
+    if not rules:
+        return False
+    changed = False
+    for key in list(state_dict):
+        value = state_dict.pop(key)
+        if key.startswith(prefix):
+            name = key[len(prefix):]
+            for old, new in rules:
+                renamed, n = re.subn("^" + old, new, name)
+                if n:
+                    name, changed = renamed, True
+                    if renamed == "positions.table" and value.dim() == 3:  # ViT's (1, T, D) -> (T, D)
+                        value = value[0]
+                    break
+            key = prefix + name
+        state_dict[key] = value
+    return changed

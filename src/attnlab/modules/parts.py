@@ -1,0 +1,143 @@
+"""The parts a transformer is built from, as the config groups give them (torchtune / lightning-hydra-template style).
+
+Each block config group holds a part that Hydra instantiates (``_target_`` + ``_partial_: true``); every transformer
+model config points at the groups by interpolation (``attn: ${attn}``), so one CLI override (``attn=gqa``) reaches
+every layer of every model. The builders finish the calls with the sizes:
+
+    group  what conf/<group>/*.yaml holds                          how the builder calls it
+    norm   {placement: pre|post, layer: <norm class, partial>}      norm.layer(d_model)
+    ffn    <feed-forward, partial>                                  ffn(dim=d_model, dropout=...)
+    moe    {} (dense) or <mixture builder, partial>                 moe(dim=d_model, expert=lambda: ffn(...))
+    attn   <attention, partial>                                     attn(d_model, n_heads, dropout=, bias=, ...)
+    pos    <positions, partial>                                     pos(max_len=, d_model=, n_heads=[, grid=])
+
+A new variant is a class (or none, when torch has it: ``torch.nn.RMSNorm``) and one YAML file; nothing here
+changes. :func:`resolve` accepts a part as Hydra built it, as a config mapping (models built in Python, notebooks),
+or None (the defaults below, which are what ``conf/train.yaml`` picks).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import hydra
+from torch import nn
+
+from ..errors import UserError
+from .attention import MultiHeadAttention
+from .feedforward import FeedForward
+from .positional import LearnedPositions
+
+PLACEMENTS = ("pre", "post")
+
+
+class PartError(UserError, ValueError):
+    """A config-group part that cannot be built; one line naming the group."""
+
+
+def _instantiate(group: str, part: Any) -> Any:
+    """A part given as a config mapping with ``_target_`` -> the object Hydra makes of it (a partial)."""
+    if isinstance(part, Mapping) and "_target_" in part:
+        try:
+            return hydra.utils.instantiate(dict(part), _convert_="all")
+        except Exception as e:
+            raise PartError(f"{group}: cannot build {part['_target_']}: {e}".splitlines()[0]) from e
+    return part
+
+
+@dataclass(frozen=True)
+class Norm:
+    """The ``norm`` group: which layer (a factory ``layer(dim)``) and where (``pre``: x + f(norm(x)); ``post``:
+    norm(x + f(x)))."""
+
+    layer: Callable[[int], nn.Module]
+    placement: str = "pre"
+
+    def __post_init__(self):
+        if self.placement not in PLACEMENTS:
+            raise PartError(f"norm.placement={self.placement!r}; choose one of {', '.join(PLACEMENTS)}")
+        if not callable(self.layer):
+            raise PartError(f"norm.layer must build a layer from its width, got {type(self.layer).__name__}")
+
+    def final(self, dim: int) -> nn.Module:
+        """After a pre-norm stack the residual stream was never normalized: one more norm. Post-norm ones did."""
+        return self.layer(dim) if self.placement == "pre" else nn.Identity()
+
+
+DEFAULT_NORM = Norm(functools.partial(nn.LayerNorm, eps=1e-5), "pre")
+DEFAULT_FFN = functools.partial(FeedForward, activation=nn.GELU())
+DEFAULT_ATTN = functools.partial(MultiHeadAttention)
+DEFAULT_POS = functools.partial(LearnedPositions)
+
+
+def resolve_norm(norm: Any) -> Norm:
+    if norm is None:
+        return DEFAULT_NORM
+    if isinstance(norm, Norm):
+        return norm
+    if not isinstance(norm, Mapping) or "layer" not in norm:
+        raise PartError(f"norm must be {{placement: pre|post, layer: ...}} (conf/norm/*.yaml), got {norm!r}")
+    extra = sorted(set(norm) - {"placement", "layer"})
+    if extra:
+        raise PartError(f"norm: unknown key(s) {extra}; a norm part has placement and layer")
+    return Norm(_instantiate("norm.layer", norm["layer"]), norm.get("placement", "pre"))
+
+
+def resolve_part(group: str, part: Any, default: Any) -> Any:
+    """``ffn``, ``attn``, ``pos``: a factory (callable). ``moe``: a factory, or None for a dense model."""
+    if part is None:
+        return default
+    if isinstance(part, Mapping) and not part and group == "moe":  # conf/moe/off.yaml is {}: dense
+        return None
+    part = _instantiate(group, part)
+    if not callable(part):
+        raise PartError(f"{group} must be a config with _target_ (conf/{group}/*.yaml), got {part!r}")
+    return part
+
+
+@dataclass(frozen=True)
+class BlockParts:
+    """Everything a layer is built from besides its sizes."""
+
+    norm: Norm = DEFAULT_NORM
+    ffn: Callable[..., nn.Module] = DEFAULT_FFN
+    moe: Callable[..., nn.Module] | None = None
+    attn: Callable[..., nn.Module] = DEFAULT_ATTN
+
+    @classmethod
+    def resolve(cls, norm: Any = None, ffn: Any = None, moe: Any = None, attn: Any = None) -> BlockParts:
+        return cls(resolve_norm(norm), resolve_part("ffn", ffn, DEFAULT_FFN), resolve_part("moe", moe, None),
+                   resolve_part("attn", attn, DEFAULT_ATTN))
+
+    def feedforward(self, d_model: int, dropout: float = 0.0) -> nn.Module:
+        """A dense feed-forward, or a mixture whose experts are each such a feed-forward."""
+        make = lambda: self.ffn(dim=d_model, dropout=dropout)  # noqa: E731
+        return make() if self.moe is None else self.moe(dim=d_model, expert=make)
+
+
+def resolve_positions(pos: Any) -> Callable[..., nn.Module]:
+    return resolve_part("pos", pos, DEFAULT_POS)
+
+
+def load_part(group: str, option: str, **overrides: Any) -> dict:
+    """The config of ``conf/<group>/<option>.yaml`` (with the options it extends through its ``defaults``) and
+    ``overrides``, as a plain dict: what ``python train.py <group>=<option>`` gives a model, for models built in
+    Python (``CausalLM(..., attn=load_part("attn", "gqa", kv_heads=4))``)."""
+    from omegaconf import OmegaConf
+
+    from ..paths import CONF_DIR
+
+    path = CONF_DIR / group / f"{option}.yaml"
+    if not path.is_file():
+        options = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+        raise PartError(f"no {group} option {option!r}; choose one of {', '.join(options)}")
+    cfg = OmegaConf.load(path)
+    base = OmegaConf.create()
+    for entry in cfg.pop("defaults", []):  # the options this one extends, then itself (`_self_`)
+        if entry != "_self_":
+            base = OmegaConf.merge(base, OmegaConf.create(load_part(group, entry)))
+    merged = OmegaConf.merge(base, cfg, OmegaConf.create(overrides))
+    return OmegaConf.to_container(merged, resolve=True)

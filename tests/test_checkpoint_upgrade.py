@@ -1,0 +1,84 @@
+"""Checkpoints written before parts-from-config and the one naming scheme (issue 13) still load, through the entry
+points people run, and a run resumes from one (weights and optimizer state).
+
+``tests/fixtures/legacy_{lm_parts,mt_copy,nat,vit,cls,tts}.ckpt`` were written by train.py at be874d7, the commit
+before the change (tiny models, 2 steps), e.g.
+    python train.py model=causal_lm debug=fast trainer.max_steps=2 test=false model.net.d_model=16 \\
+        model.net.n_layers=1 norm=rms ffn=swiglu moe=on moe.num_experts=2 pos=rotary data.vocab_size=300 data.seq_len=16
+    python train.py model=transformer_mt ... model.net.copy=true norm=post pos=sinusoidal
+    python train.py model=vit ... model.net.pool=cls      (and transformer_nat, sequence_classifier, tts)
+so between them they hold every old spec (norm/ffn/moe/pos), both position tables and every renamed stack.
+"""
+
+from __future__ import annotations
+
+import torch
+from test_safe_checkpoints import FIXTURES, QUIET, cli
+
+from attnlab.checkpoint_upgrade import upgrade_net_config, upgrade_state_dict
+from attnlab.checkpoints import load_task, read_checkpoint
+from attnlab.modules.moe import MixtureOfExperts
+from attnlab.modules.positional import RotaryPositions, SinusoidalPositions
+from attnlab.tasks.base import Task
+
+LEGACY = {name: FIXTURES / f"legacy_{name}.ckpt" for name in ("lm_parts", "mt_copy", "nat", "vit", "cls", "tts")}
+
+
+def test_every_legacy_checkpoint_loads_strictly_into_todays_model():
+    for name, path in LEGACY.items():
+        assert path.stat().st_size < 2_500_000, name
+        raw = read_checkpoint(path)
+        old_keys = [k for k in raw["state_dict"] if k.startswith("net.")]
+        task, _ = load_task(path, Task, "attnlab")  # strict load_state_dict: every key found, every shape right
+        new_keys = [f"net.{k}" for k in task.net.state_dict()]
+        assert len(new_keys) == len(old_keys), name
+        for old, new in zip(old_keys, new_keys):  # same tensors in the same order: only the names moved
+            assert torch.equal(raw["state_dict"][old].reshape(-1),
+                               task.net.state_dict()[new.removeprefix("net.")].reshape(-1)), (name, old, new)
+
+
+def test_old_specs_become_the_parts_they_meant():
+    net = load_task(LEGACY["lm_parts"], Task, "attnlab")[0].net  # norm=rms ffn=swiglu moe=on(2) pos=rotary
+    layer = net.decoder.layers[0]
+    assert isinstance(layer.sa_norm, torch.nn.RMSNorm) and layer.placement == "pre"
+    assert isinstance(layer.ffn, MixtureOfExperts) and layer.ffn.num_experts == 2
+    assert all(e.gate_proj is not None and isinstance(e.activation, torch.nn.SiLU) for e in layer.ffn.experts)
+    assert isinstance(net.positions, RotaryPositions) and layer.self_attn.positions is net.positions.attention
+    mt = load_task(LEGACY["mt_copy"], Task, "attnlab")[0].net  # norm=post pos=sinusoidal copy=true
+    assert mt.copy and isinstance(mt.src_positions, SinusoidalPositions)
+    assert all(layer.placement == "post" for layer in [*mt.encoder.layers, *mt.decoder.layers])
+    assert isinstance(mt.decoder.final_norm, torch.nn.Identity)
+
+
+def test_upgrading_is_idempotent_and_leaves_todays_checkpoints_alone():
+    raw = read_checkpoint(LEGACY["vit"])
+    cfg = upgrade_net_config(raw["hyper_parameters"]["net"])
+    assert upgrade_net_config(cfg) == cfg and "scaled" not in cfg
+    state = dict(raw["state_dict"])
+    assert upgrade_state_dict(state, cfg["_target_"]) is True
+    assert state["net.positions.table"].dim() == 2 and "net.pos_embed" not in state
+    assert upgrade_state_dict(state, cfg["_target_"]) is False
+
+
+def test_legacy_checkpoints_serve_generate_translate_and_synthesize(tmp_path, cache_dir):
+    gen = cli("generate.py", f"ckpt={LEGACY['lm_parts']}", "max_new_tokens=4", f"hydra.run.dir={tmp_path / 'g'}",
+              cache_dir=cache_dir)
+    assert gen.returncode == 0, gen.stderr[-3000:]
+    tr = cli("translate.py", f"ckpt={LEGACY['nat']}", f"hydra.run.dir={tmp_path / 't'}", stdin="twenty-one\nseven\n",
+             cache_dir=cache_dir)
+    assert tr.returncode == 0 and len(tr.stdout.splitlines()) == 2, tr.stderr[-3000:]
+    sy = cli("synthesize.py", f"ckpt={LEGACY['tts']}", "text=one two", "griffin_lim_iters=2", "max_frames_per_char=2",
+             f"out_dir={tmp_path / 'wav'}", f"hydra.run.dir={tmp_path / 's'}", cache_dir=cache_dir)
+    assert sy.returncode == 0, sy.stderr[-3000:]
+    assert list((tmp_path / "wav").glob("*.wav"))
+
+
+def test_a_run_continues_from_a_legacy_checkpoint(tmp_path, cache_dir):
+    """trainer.fit(ckpt_path=old) restores weights and the AdamW state (same parameter order) and trains on."""
+    out = cli("train.py", "model=vit", "debug=fast", "model.net.d_model=16", "model.net.n_layers=1",
+              "model.net.pool=cls", f"ckpt_path={LEGACY['vit']}", "trainer.max_epochs=2", "trainer.max_steps=4",
+              "test=false", *QUIET,
+              f"hydra.run.dir={tmp_path / 'run'}", cache_dir=cache_dir)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    resumed = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    assert resumed["global_step"] == 4 and "net.encoder.layers.0.self_attn.qkv_proj.weight" in resumed["state_dict"]
