@@ -25,6 +25,7 @@ COMPARISONS = {
     "P5": "p5_moe",
     "P6": "p6_beam",
     "P7": "p7_monitor",
+    "P8": "p8_gqa",
 }
 
 
