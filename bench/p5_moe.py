@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnlab.modules.feedforward import build_ffn
+from attnlab.modules.feedforward import FeedForward
 from attnlab.modules.moe import MixtureOfExperts
 
 from .common import Table, alternate, median, spread
@@ -37,8 +37,8 @@ def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
     repeats = repeats or (2 if quick else 5)
     tokens = 1024 if quick else 4096
     torch.manual_seed(0)
-    dense = build_ffn("gelu", D)
-    moe = MixtureOfExperts(D, [build_ffn("gelu", D) for _ in range(E)], top_k=K)
+    dense = FeedForward(D)  # GELU, hidden 4d
+    moe = MixtureOfExperts(D, [FeedForward(D) for _ in range(E)], top_k=K)
     x = torch.randn(tokens, D, requires_grad=True)
 
     def fb(fn):
