@@ -1,4 +1,4 @@
-"""``python -m attnlab.claims list | run <id …|all> [--quick] | report``."""
+"""``python -m experiments.claims list | run <id …|all> [--quick] | report``."""
 
 from __future__ import annotations
 
@@ -6,24 +6,23 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..paths import ROOT
 from . import all_claims, get_claim
-from .report import write_report
-from .runner import ClaimRunError, run_claim
+from .report import CLI, write_report
+from .runner import REPO, ClaimRunError, run_claim
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m attnlab.claims", description=__doc__)
+    ap = argparse.ArgumentParser(prog=CLI, description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="every claim, its command(s) and expected minutes")
     run = sub.add_parser("run", help="run claims and save their results and figures under docs/")
     run.add_argument("ids", nargs="+", help="E1 … E18, or all")
     run.add_argument("--quick", action="store_true", help="tiny runs, results next to the runs (a smoke test)")
     run.add_argument("--analyze-only", action="store_true", help="reuse the runs already in --out")
-    run.add_argument("--out", type=Path, default=ROOT / "outputs" / "claims", help="where the runs go")
-    run.add_argument("--docs", type=Path, default=ROOT / "docs", help="where results/ figures/ results.md go")
+    run.add_argument("--out", type=Path, default=REPO / "outputs" / "claims", help="where the runs go")
+    run.add_argument("--docs", type=Path, default=REPO / "docs", help="where results/ figures/ results.md go")
     rep = sub.add_parser("report", help="write docs/results.md from docs/results/*.json")
-    rep.add_argument("--docs", type=Path, default=ROOT / "docs")
+    rep.add_argument("--docs", type=Path, default=REPO / "docs")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "list":
