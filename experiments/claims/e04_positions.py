@@ -5,7 +5,8 @@ analysis shuffles the tokens of real test sources (no padding, dropout off), enc
 takes the largest absolute difference to the unshuffled encoding (:mod:`attnlab.analysis.equivariance`): float
 rounding (~1e-6) if the encoder is equivariant, O(1) if it knows positions. Without positions the decoder's
 cross-attention (a softmax-weighted sum over the memory) cannot see the order either, so the whole model translates
-a shuffled source exactly as the original: "A hit B" = "B hit A". The quality cost is the test exact match / BLEU of the two runs.
+a shuffled source exactly as the original: "A hit B" = "B hit A". The quality cost is the test exact match / BLEU
+of the two runs.
 """
 
 from __future__ import annotations
