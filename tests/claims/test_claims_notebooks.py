@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from attnlab.claims import all_claims
+from experiments.claims import all_claims
 from attnlab.paths import ROOT
 
 NOTEBOOKS = ROOT / "notebooks"

@@ -4,8 +4,11 @@ the generated results page, and failures come back as one line without losing ea
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
+import subprocess
+import sys
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -13,10 +16,11 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.global_hydra import GlobalHydra
 
-from attnlab.claims import Claim, Result, all_claims, get_claim, normalize_id
-from attnlab.claims.report import render
-from attnlab.claims.runner import ClaimRunError, run_claim
-from attnlab.paths import CONF_DIR
+from attnlab.paths import CONF_DIR, ROOT
+from experiments.claims import Claim, Result, all_claims, get_claim, normalize_id
+from experiments.claims.base import verdict, verdict_of_parts
+from experiments.claims.report import render
+from experiments.claims.runner import ClaimRunError, run_claim
 
 
 def test_claim_ids():
@@ -27,6 +31,38 @@ def test_claim_ids():
         get_claim("E99")
     with pytest.raises(ValueError, match="verdict 'maybe'"):
         Result(rows=[], headline="", verdict="maybe", evidence="")
+
+
+def test_verdict_rules():
+    assert verdict(True, partly=True) == "reproduced" and verdict(False, partly=True) == "partly reproduced"
+    assert verdict(False, partly=False) == "not reproduced"
+    assert verdict_of_parts(True, True, True) == "reproduced"
+    assert verdict_of_parts(True, False, True) == "partly reproduced"
+    assert verdict_of_parts(False, False) == "not reproduced"
+
+
+def test_report_regenerates_the_committed_page():
+    """`python -m experiments.claims report` rewrites docs/results.md from docs/results/*.json byte for byte."""
+    if not any((ROOT / "docs" / "results").glob("E*.json")):
+        pytest.skip("no committed results")
+    assert render(ROOT / "docs") == (ROOT / "docs" / "results.md").read_text()
+
+
+def test_old_command_forwards_with_one_note(tmp_path):
+    """`python -m attnlab.claims list` (the command before the move) still works from the repository root, with one
+    line on stderr naming the new command; outside the repository it fails in one line naming it."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
+    old = subprocess.run([sys.executable, "-m", "attnlab.claims", "list"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert old.returncode == 0, old.stderr[-2000:]
+    assert old.stderr.splitlines() == ["note: `python -m attnlab.claims` is deprecated; use "
+                                       "`python -m experiments.claims list`"]
+    assert [line.split()[0] for line in old.stdout.splitlines() if not line.startswith(" " * 8)] == list(all_claims())
+    outside = subprocess.run([sys.executable, "-m", "attnlab.claims", "run", "E9"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert outside.returncode == 2 and outside.stdout == ""
+    assert outside.stderr.splitlines() == ["error: the claims moved out of the package: run `python -m "
+                                           "experiments.claims run E9` from the root of a checkout of the repository"]
 
 
 def _train_jobs(command: str) -> list[list[str]]:
@@ -56,7 +92,7 @@ def test_every_claim_command_composes(cid):
 
 
 def test_quick_claim_end_to_end(quick_e9, tmp_path):
-    """`python -m attnlab.claims run E9 --quick`: real training runs, metrics.json, CSV curves, the analysis, a PNG."""
+    """`python -m experiments.claims run E9 --quick`: real training runs, metrics.json, CSV curves, the analysis, a PNG."""
     out, proc = quick_e9
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     record = json.loads((out / "E9" / "E9.json").read_text())
@@ -78,7 +114,7 @@ def test_quick_claim_end_to_end(quick_e9, tmp_path):
     assert f"| [E9](#e9) | RMSNorm vs LayerNorm | **{record['verdict']}** |" in page
     assert "python train.py -m experiment=e09_rmsnorm norm=pre,rms" in page and "![E9](figures/E9.png)" in page
     for other in set(all_claims()) - {"E9"}:
-        assert f"`python -m attnlab.claims run {other}`" in page
+        assert f"`python -m experiments.claims run {other}`" in page
 
     # a rerun moves the earlier runs aside, never deletes them
     failing = Claim(id="E9", title="t", statement="s", analyze=lambda ctx: None,

@@ -9,9 +9,11 @@ probable under the model than greedy's: each one is a sentence greedy got wrong 
 
 from __future__ import annotations
 
-from .base import Claim, Context, Result, fmt
+from attnlab.analysis.translation_eval import decode, score, test_batches
+
+from .base import Claim, Context, Result, fmt, verdict
 from .plots import figure, save
-from .translation_eval import decode, load_run, score, test_batches
+from .runs import load_run
 
 BEAMS = (1, 2, 3, 5, 10)
 TOL = 1e-4  # log-prob differences below this are float noise
@@ -77,7 +79,6 @@ def analyze(ctx: Context) -> Result:
     n = len(greedy.hyps)
     missed = last["more probable than greedy"]
     gain = last["mean log-prob"] - first["mean log-prob"]
-    verdict = "reproduced" if missed > 0 and gain > 0 else "not reproduced"
     shown = ("" if example is None else
              f" E.g. '{example[0]}': greedy '{example[1]}' (log-prob {example[2]:.3f}), beam {example[3]} "
              f"'{example[4]}' ({example[5]:.3f}); reference '{example[6]}'.")
@@ -86,7 +87,7 @@ def analyze(ctx: Context) -> Result:
         headline=(f"beam 10 found a more probable translation than greedy for {missed} of {n} test sentences; "
                   f"mean log-prob {first['mean log-prob']:.3f} -> {last['mean log-prob']:.3f}, BLEU "
                   f"{first['test BLEU']:.2f} -> {last['test BLEU']:.2f}"),
-        verdict=verdict,
+        verdict=verdict(missed > 0 and gain > 0, partly=False),
         evidence=(f"For {missed} of {n} sentences greedy's translation is not the most probable one the model has: "
                   f"beam 10 finds a more probable one (beam 2: {rows[1]['more probable than greedy']}), so greedy "
                   f"missed the best sentence there; the mean sentence log-prob rises by {gain:+.4f} nats. Whether "

@@ -17,8 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..paths import ROOT
 from .base import Claim, Context
+
+REPO = Path(__file__).resolve().parents[2]  # the repository: its train.py, docs/ and outputs/
 
 # A few batches of one epoch: enough to go through fit, test, checkpoint and the analysis.
 QUICK_LIMITS = ["trainer.max_epochs=1", "++trainer.max_steps=-1", "++trainer.limit_train_batches=3",
@@ -37,7 +38,7 @@ def command_argv(command: str, sweep_dir: Path, extra: list[str]) -> list[str]:
         raise ClaimRunError(f"claim commands start with 'python', got {command!r}")
     argv[0] = sys.executable
     if argv[1:2] == ["train.py"]:
-        argv[1] = str(ROOT / "train.py")
+        argv[1] = str(REPO / "train.py")
         return argv + extra + [f"hydra.sweep.dir={sweep_dir}"]
     return [a.replace("{dir}", str(sweep_dir)) for a in argv] + extra
 
@@ -59,7 +60,7 @@ def run_claim(claim: Claim, out: Path, docs: Path | None, quick: bool = False, a
             (claim_dir / str(i)).mkdir(exist_ok=True)
             log(f"[{claim.id}] {command}{' (quick)' if quick else ''}")
             with open(claim_dir / f"command{i}.log", "w") as f:
-                proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
+                proc = subprocess.run(argv, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT)
             if proc.returncode != 0:
                 last = (claim_dir / f"command{i}.log").read_text().strip().splitlines()[-1:] or [""]
                 raise ClaimRunError(f"{claim.id}: command {i} failed (exit {proc.returncode}), see "
@@ -99,7 +100,7 @@ def machine() -> str:
 
 def git_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
         return out.stdout.strip() or None
     except OSError:
         return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 
-from .base import Claim, Context, Result, fmt
+from .base import Claim, Context, Result, fmt, verdict_of_parts
 from .plots import figure, save
 
 SIDES = {"fast": "fused SDPA kernel", "explicit": "explicit softmax(QKᵀ)V"}
@@ -70,7 +70,6 @@ def analyze(ctx: Context) -> Result:
     # O(N) vs O(N²): exponents nearer 1 than 2 for the fused kernel, nearer 2 than 1 for the explicit path
     linear = mem_slope["fast"] < 1.3 and mem_slope["explicit"] > 1.6
     faster = speed > 1.1  # beyond the run-to-run noise of one timed round at the largest N on a shared machine
-    verdict = "reproduced" if linear and faster else "partly reproduced" if linear or faster else "not reproduced"
     fused_ops = [op for op in table["meta"].get("ops", {}).get("fast", []) if "_scaled_dot_product" in op]
     kernel = fused_ops[0] if fused_ops else "the SDPA kernel PyTorch chose"
     return Result(
@@ -78,7 +77,7 @@ def analyze(ctx: Context) -> Result:
         headline=(f"Peak memory grows as N^{mem_slope['fast']:.2f} with the fused kernel vs N^"
                   f"{mem_slope['explicit']:.2f} explicit; at N={n_max} the fused kernel is {speed:.1f}× faster and "
                   f"uses {mem_ratio:.0f}× less memory"),
-        verdict=verdict,
+        verdict=verdict_of_parts(linear, faster),
         evidence=(f"Fitted log-log slopes over N = {', '.join(map(str, fit))}: memory {mem_slope['fast']:.2f} "
                   f"(fused) vs {mem_slope['explicit']:.2f} (explicit), i.e. "
                   f"{'O(N) vs O(N²)' if linear else 'not the O(N) vs O(N²) split (rule: < 1.3 and > 1.6)'}; time "

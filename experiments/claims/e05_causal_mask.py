@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 
-from .base import Claim, Context, Result, fmt
-from .lm_probes import datamodule, greedy, lm_loss, trained_task, val_batch
-from .plots import figure, save
+from attnlab.analysis.lm_probes import greedy, lm_loss, val_batch
+
+from .base import QUICK_LM, Claim, Context, Result, fmt, verdict_of_parts
+from .plots import curve, figure, grouped_bars, save
+from .runs import datamodule, trained_task
 
 # why the experiment uses rotary positions (observed in a trial run with learned ones)
 POS_NOTE = (" (with learned absolute positions the pattern 'attend to the next position' has to be learned position by "
@@ -24,10 +26,8 @@ def analyze(ctx: Context) -> Result:
     rows, evals = [], {}
     dm = datamodule(ctx.job(model__net__causal="True"))
     batch = val_batch(dm, 64)
-    for flag, label in SETTINGS.items():
-        job = ctx.job(model__net__causal=flag)
-        steps, loss = job.curve("train/loss")
-        ax_curve.plot(steps, loss, label=label)
+    for flag, label, job in ctx.settings("model.net.causal", SETTINGS):
+        _, loss = curve(ax_curve, job, "train/loss", label=label)
         task = trained_task(job)
         causal_eval, open_eval = lm_loss(task.net, batch, causal=True), lm_loss(task.net, batch, causal=False)
         prompt, sample = greedy(task, dm)
@@ -40,8 +40,8 @@ def analyze(ctx: Context) -> Result:
     ax_curve.legend()
     labels = list(SETTINGS.values())
     x = range(len(labels))
-    ax_bar.bar([i - 0.2 for i in x], [evals[f][0] for f in SETTINGS], width=0.4, label="evaluated with mask")
-    ax_bar.bar([i + 0.2 for i in x], [evals[f][1] for f in SETTINGS], width=0.4, label="evaluated without mask")
+    grouped_bars(ax_bar, {"evaluated with mask": [evals[f][0] for f in SETTINGS],
+                          "evaluated without mask": [evals[f][1] for f in SETTINGS]})
     ax_bar.axhline(uniform, color="gray", ls="--", lw=1, label=f"uniform guess (ln {dm.vocab_size})")
     ax_bar.set_xticks(list(x), [f"trained: {lb}" for lb in labels])
     ax_bar.set(ylabel="val loss (nats)", title="validation loss")
@@ -53,14 +53,12 @@ def analyze(ctx: Context) -> Result:
     (c_masked, _), (o_masked, o_open) = evals["True"], evals["False"]
     collapsed = open_row["final train loss"] < 0.5 * causal_row["final train loss"]
     useless = o_masked > c_masked + 1.0  # far worse than the causal model where the future is hidden
-    verdict = "reproduced" if collapsed and useless else "partly reproduced" if collapsed or useless else \
-        "not reproduced"
     return Result(
         rows=rows,
         headline=(f"no-mask model: train loss {open_row['final train loss']:.2f} vs "
                   f"{causal_row['final train loss']:.2f} causal, but {o_masked:.2f} nats once masked vs "
                   f"{c_masked:.2f}"),
-        verdict=verdict,
+        verdict=verdict_of_parts(collapsed, useless),
         evidence=(f"Same data, seed and steps. Trained without the mask, the training loss ends at "
                   f"{open_row['final train loss']:.3f} nats against {causal_row['final train loss']:.3f} for the "
                   f"causal model ({'less' if collapsed else 'not less'} than half"
@@ -85,6 +83,6 @@ CLAIM = Claim(
                "future and learn nothing usable."),
     commands=["python train.py -m experiment=e05_causal_mask model.net.causal=true,false"],
     analyze=analyze,
-    quick=["model.net.d_model=32", "model.net.n_layers=1", "data.seq_len=32", "data.batch_size=8"],
+    quick=QUICK_LM,
     minutes=4,
 )

@@ -10,9 +10,11 @@ speak twice as fast") and measures how long the outputs get relative to the refe
 
 from __future__ import annotations
 
-from .base import Claim, Context, Result, fmt
+from attnlab.analysis.translation_eval import decode, score, test_batches
+
+from .base import QUICK_MT, Claim, Context, Result, fmt, verdict_of_parts
 from .plots import figure, save
-from .translation_eval import decode, load_run, score, test_batches
+from .runs import load_run
 
 SCALES = (0.5, 1.0, 1.5)
 
@@ -74,14 +76,12 @@ def analyze(ctx: Context) -> Result:
 
     fast = speedup >= 1.5
     controllable = all(abs(relative[s] - s) <= 0.1 * s for s in SCALES)
-    verdict = ("reproduced" if fast and controllable else "partly reproduced" if fast or controllable
-               else "not reproduced")
     return Result(
         rows=rows,
         headline=(f"NAT decodes {speedup:.1f}x faster than greedy ({nat1['sentences/s']:.0f} vs "
                   f"{greedy['sentences/s']:.0f} sentences/s) at exact match {nat1['exact match']:.3f} vs "
                   f"{greedy['exact match']:.3f}; length_scale 0.5 gives outputs {relative[0.5]:.2f}x as long"),
-        verdict=verdict,
+        verdict=verdict_of_parts(fast, controllable),
         evidence=(f"One decoder pass per sentence makes the NAT {speedup:.2f}x faster than greedy autoregressive "
                   f"decoding (needed: 1.5x) and {nat1['sentences/s'] / beam['sentences/s']:.1f}x faster than beam 5, "
                   f"at {greedy['exact match'] - nat1['exact match']:.3f} lower exact match and "
@@ -106,6 +106,6 @@ CLAIM = Claim(
                "parallel; the output length is controllable (TTS: halve the predicted length, speak twice as fast)."),
     commands=["python train.py -m experiment=e13_nat model=transformer_mt,transformer_nat"],
     analyze=analyze,
-    quick=["model.net.d_model=32", "model.net.n_layers=1", "model.net.n_heads=2"],
+    quick=QUICK_MT,
     minutes=6,
 )

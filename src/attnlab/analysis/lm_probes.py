@@ -1,60 +1,26 @@
-"""Measurements on a finished causal-LM job that its logged metrics do not hold (claims E3, E5).
+"""Measurements on a causal LM that its logged metrics do not hold (used by claims E3, E5; any trained or freshly
+built ``CausalLMTask`` works).
 
-A job's net is rebuilt two ways: at initialization (the job's config and seed, as train.py builds it) and from its
-best checkpoint. Both are measured on the same fixed validation batch (the first windows of the validation split):
-the mean next-token loss with or without the causal mask, the attention weights' entropy and peak, the gradient
-norm of the attention projections, and a greedy continuation of a validation prompt.
+All take the net (or task) and a fixed batch of windows, e.g. the first windows of the validation split
+(:func:`val_batch`): the mean next-token loss with or without the causal mask, the attention weights' entropy and
+peak, the gradient norm of the attention projections, and a greedy continuation of a validation prompt.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from ..paths import ROOT
-from .base import Job
-
-
-def datamodule(job: Job):
-    """The job's LM data, tokenizer and splits from the shared cache (nothing is retrained once cached)."""
-    from ..data.lm_datamodule import LMDataModule
-
-    d = job.config.data
-    dm = LMDataModule(source=d.source, path=d.path, vocab_size=d.vocab_size, seq_len=d.seq_len,
-                      batch_size=d.batch_size, cache_dir=os.environ.get("ATTNLAB_CACHE") or str(ROOT / ".cache"),
-                      val_fraction=d.val_fraction, test_fraction=d.test_fraction, seed=job.config.seed)
-    dm.prepare_data()
-    dm.setup("fit")
-    return dm
-
 
 def val_batch(dm, n: int) -> dict[str, Tensor]:
-    """The first ``n`` validation windows, stacked: {'input_ids': (n, T), 'labels': (n, T)}."""
+    """The first ``n`` validation windows of a set-up LM data module, stacked:
+    {'input_ids': (n, T), 'labels': (n, T)}."""
     ds = dm.val_dataset
     items = [ds[i] for i in range(min(n, len(ds)))]
     return {k: torch.stack([it[k] for it in items]) for k in items[0]}
-
-
-def task_at_init(job: Job):
-    """The job's task as train.py built it before the first step (same config, same seed), in eval mode."""
-    import lightning as L
-
-    from ..train import build_model
-
-    L.seed_everything(int(job.config.seed), verbose=False)
-    return build_model(job.config.model).eval()
-
-
-def trained_task(job: Job):
-    from ..checkpoints import load_task
-    from ..tasks.causal_lm import CausalLMTask
-
-    task, _ = load_task(job.checkpoint, CausalLMTask, "language-model")
-    return task.eval()
 
 
 @torch.no_grad()

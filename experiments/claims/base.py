@@ -1,10 +1,11 @@
 """What a claim is made of, and what its analysis gets to work with.
 
 A :class:`Claim` names its training commands (``python train.py -m experiment=eNN_... a=x,y``, exactly what a user
-would type) and an ``analyze(ctx) -> Result`` function. The runner (:mod:`attnlab.claims.runner`) gives each command
+would type) and an ``analyze(ctx) -> Result`` function. The runner (:mod:`experiments.claims.runner`) gives each command
 its own sweep folder ``<claim dir>/<i>/``; :class:`Context` reads the jobs back from there (their overrides, final
 ``metrics.json``, CSV curves, checkpoints), and the analysis draws the figure into ``ctx.figure_path``. The verdict
-is computed by the analysis from the numbers, by a rule written in the claim's module, never typed by hand.
+is computed by the analysis from the numbers, by a rule written in the claim's module (:func:`verdict`,
+:func:`verdict_of_parts`), never typed by hand.
 """
 
 from __future__ import annotations
@@ -16,9 +17,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 VERDICTS = ("reproduced", "partly reproduced", "not reproduced")
+
+# --quick overrides shared by the claims of one family (tiny models; the runner adds short limits)
+QUICK_LM = ["model.net.d_model=32", "model.net.n_layers=1", "data.seq_len=32", "data.batch_size=8"]
+QUICK_MT = ["model.net.d_model=32", "model.net.n_layers=1", "model.net.n_heads=2"]
+QUICK_RNN_NUMBERS = ["++model.net.d_model=32", "data.train_size=600", "data.val_size=40", "data.test_size=60",
+                     "data.batch_size=16", "data.vocab_size=512"]
+STEP_TIMES = ["callbacks.throughput.log_every_n_steps=1"]  # a step time per step, for claims that read perf/*
+
+
+def verdict(full: bool, partly: bool) -> str:
+    """The verdict of a rule: ``full`` reproduces the claim, else ``partly`` reproduces part of it."""
+    return VERDICTS[0] if full else VERDICTS[1] if partly else VERDICTS[2]
+
+
+def verdict_of_parts(*parts: bool) -> str:
+    """Reproduced when every part of the claim holds, partly when some do, not when none does."""
+    return verdict(all(parts), any(parts))
 
 
 @dataclass(frozen=True)
@@ -99,6 +118,11 @@ class Job:
             raise KeyError(f"{self.dir} logged no {key!r} (is the csv logger on? the experiment configs add it)")
         return steps, values
 
+    def median_step_ms(self) -> float:
+        """Median training step time of the throughput callback's windows (the first, with warm-up, left out)."""
+        _, times = self.curve("perf/step_time_ms")
+        return median(times[1:] or times)
+
     @property
     def checkpoint(self) -> Path:
         """The best checkpoint (what the test used), else last.ckpt."""
@@ -131,6 +155,12 @@ class Context:
         if len(found) != 1:
             raise LookupError(f"{len(found)} jobs of {self.dir / str(command)} match {want}")
         return found[0]
+
+    def settings(self, key: str, labels: dict[Any, str], command: int = 0):
+        """(value, label, job) for each swept value of the override ``key`` (dots as in the command line), in the
+        order of ``labels`` ({value: label for the table and the figure})."""
+        for value, label in labels.items():
+            yield value, label, self.job(command, **{key.replace(".", "__"): value})
 
     def other(self, claim_id: str) -> "Context":
         from . import get_claim

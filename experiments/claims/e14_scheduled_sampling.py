@@ -14,11 +14,12 @@ import math
 
 import torch
 
-from ..data.parallel import bucket_names
-from ..data.tokenizer import EOS_ID, PAD_ID
-from .base import Claim, Context, Job, Result, fmt
-from .plots import figure, save
-from .translation_eval import load_run
+from attnlab.data.parallel import bucket_names
+from attnlab.data.tokenizer import EOS_ID, PAD_ID
+
+from .base import QUICK_RNN_NUMBERS, Claim, Context, Job, Result, fmt, verdict_of_parts
+from .plots import figure, grouped_bars, save
+from .runs import load_run
 
 SCHEDULES = {"none": "teacher forcing", "inverse_sigmoid": "scheduled sampling"}
 # Verdict: scheduled sampling "helps" when greedy exact match rises by at least GAIN; exposure bias "shrinks" when
@@ -65,8 +66,7 @@ def error_rates(job: Job) -> dict[str, float]:
 def analyze(ctx: Context) -> Result:
     fig, (ax_len, ax_err) = figure(ncols=2)
     rows, found = [], {}
-    for schedule, label in SCHEDULES.items():
-        job = ctx.job(model__scheduled_sampling__schedule=schedule)
+    for schedule, label, job in ctx.settings("model.scheduled_sampling.schedule", SCHEDULES):
         err = error_rates(job)
         greedy = job.metric("test/exact_match")
         found[schedule] = (greedy, err["teacher-forced"], err["free-running"])
@@ -86,8 +86,8 @@ def analyze(ctx: Context) -> Result:
                ylabel="greedy test exact match", title=f"by length (inverse sigmoid, k={cfg.k:g})")
     ax_len.legend(fontsize=8)
     x = range(len(SCHEDULES))
-    ax_err.bar([i - 0.2 for i in x], [found[s][1] for s in SCHEDULES], 0.4, label="reference prefix (TF)")
-    ax_err.bar([i + 0.2 for i in x], [found[s][2] for s in SCHEDULES], 0.4, label="own prefix (greedy)")
+    grouped_bars(ax_err, {"reference prefix (TF)": [found[s][1] for s in SCHEDULES],
+                          "own prefix (greedy)": [found[s][2] for s in SCHEDULES]})
     top = max(max(v[1:]) for v in found.values())
     ax_err.set(xticks=list(x), ylim=(0, 1.4 * top), ylabel="token errors per reference token",
                title="teacher-forced vs free-running")
@@ -100,12 +100,11 @@ def analyze(ctx: Context) -> Result:
     n_test = ctx.job(model__scheduled_sampling__schedule="none").config.data.test_size
     helps = em_ss >= em_tf + GAIN
     shrinks = excess_ss <= (1 - SHRINK) * excess_tf
-    verdict = "reproduced" if helps and shrinks else "partly reproduced" if helps or shrinks else "not reproduced"
     return Result(
         rows=rows,
         headline=(f"greedy test exact match {em_ss:.3f} with scheduled sampling vs {em_tf:.3f} with teacher forcing; "
                   f"free-running minus teacher-forced token error rate {excess_ss:+.4f} vs {excess_tf:+.4f}"),
-        verdict=verdict,
+        verdict=verdict_of_parts(helps, shrinks),
         evidence=(f"Same data, seed and steps. Trained with teacher forcing only, the RNN gets {tf_tf:.2%} of the "
                   f"test tokens wrong when it reads the reference prefix and {fr_tf:.2%} (edit distance) when it "
                   f"reads its own: {excess_tf:+.4f} from exposure bias. With scheduled sampling: {tf_ss:.2%} vs "
@@ -130,7 +129,6 @@ CLAIM = Claim(
     commands=["python train.py -m experiment=e14_scheduled_sampling "
               "model.scheduled_sampling.schedule=none,inverse_sigmoid"],
     analyze=analyze,
-    quick=["++model.net.d_model=32", "data.train_size=600", "data.val_size=40", "data.test_size=60",
-           "data.batch_size=16", "data.vocab_size=512", "model.scheduled_sampling.k=2"],
+    quick=[*QUICK_RNN_NUMBERS, "model.scheduled_sampling.k=2"],
     minutes=4,
 )

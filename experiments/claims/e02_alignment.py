@@ -12,13 +12,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..analysis.alignment import NO_CHUNK, AlignmentCounts, alignment_counts, token_chunks
-from ..data.numbers import CHUNKS
-from ..modules.attention import capture_attention
-from .base import Claim, Context, Job, Result, fmt
+from attnlab.analysis.alignment import NO_CHUNK, AlignmentCounts, alignment_counts, token_chunks
+from attnlab.data.numbers import CHUNKS
+from attnlab.modules.attention import capture_attention
+
+from .base import Claim, Context, Job, Result, fmt, verdict
 from .e01_bottleneck import find, finished
-from .plots import figure, save
-from .translation_eval import load_run
+from .plots import figure, grouped_bars, save
+from .runs import load_run
 
 # Verdict: the alignment is learned when the RNN's argmax beats chance by CHANCE_MARGIN; partly when its argmax or
 # its attention weight on the right group beats chance by SOME_MARGIN.
@@ -99,8 +100,8 @@ def analyze(ctx: Context) -> Result:
     scores = [rnn, *tr_layers.values()]
     x = np.arange(len(names))
     colors = ["tab:blue"] + ["tab:orange"] * len(tr_layers)
-    axes[2].bar(x - 0.2, [r["argmax"] for r in scores], 0.4, color=colors, label="argmax")
-    axes[2].bar(x + 0.2, [r["mass"] for r in scores], 0.4, color=colors, alpha=0.45, hatch="//", label="weight")
+    grouped_bars(axes[2], {"argmax": [r["argmax"] for r in scores], "weight": [r["mass"] for r in scores]},
+                 styles={"argmax": {"color": colors}, "weight": {"color": colors, "alpha": 0.45, "hatch": "//"}})
     axes[2].axhline(chance, color="grey", ls=":", label=f"chance {chance:.2f}")
     axes[2].axhline(diagonal, color="black", ls="--", label=f"diagonal {diagonal:.2f}")
     axes[2].set(xticks=x, ylim=(0, 1.3), yticks=np.linspace(0, 1, 6), ylabel="share on the right chunk",
@@ -116,12 +117,11 @@ def analyze(ctx: Context) -> Result:
             for label, r in zip(labels, scores)]
     aligned = rnn["argmax"] >= chance + CHANCE_MARGIN
     some = max(rnn["argmax"], rnn["mass"]) >= chance + SOME_MARGIN
-    verdict = "reproduced" if aligned else "partly reproduced" if some else "not reproduced"
     return Result(
         rows=rows,
         headline=(f"argmax attention on the source chunk of the target token: RNN {rnn['argmax']:.2f}{tr_head}; "
                   f"chance {chance:.2f}"),
-        verdict=verdict,
+        verdict=verdict(aligned, some),
         evidence=(f"Both models were trained on the translation loss only (E1's runs). The Bahdanau weights' argmax "
                   f"lands on the right magnitude group ({', '.join(CHUNKS[1:])}) for {rnn['argmax']:.0%} of "
                   f"{n_tokens} test target tokens and {rnn['mass']:.0%} of their weight is there, against "

@@ -10,10 +10,9 @@ layer) speak to "RNN: not parallel".
 from __future__ import annotations
 
 import json
-from statistics import median
 
-from .base import Claim, Context, Job, Result, fmt
-from .plots import figure, save
+from .base import Claim, Context, Job, Result, fmt, verdict
+from .plots import curve, figure, save
 
 REACH = 0.9  # "solves it": accuracy at least this
 COLORS = {"rnn": "tab:blue", "cnn": "tab:red", "attention": "tab:green", "deep cnn": "tab:orange"}
@@ -34,12 +33,6 @@ def accuracy(record: dict, lo: int = 0, hi: int | None = None) -> float:
     return sum(c for c, _ in pairs) / total if total else float("nan")
 
 
-def step_ms(job: Job) -> float:
-    """Median training step time over the logged windows (the first window, with warm-up, left out)."""
-    _, times = job.curve("perf/step_time_ms")
-    return median(times[1:] or times)
-
-
 def analyze(ctx: Context) -> Result:
     jobs = {j.overrides.get("model.encoder", "attention"): j for j in ctx.jobs(0)}
     deep = ctx.jobs(1)[0]
@@ -55,11 +48,10 @@ def analyze(ctx: Context) -> Result:
         rec, color = records[name], COLORS[name]
         r = rec["receptive_field"]
         label = f"{name}, R={r}" if r else name
-        steps, val = job.curve("val/acc")
-        ax_val.plot(steps, val, marker=".", color=color, label=label)
+        curve(ax_val, job, "val/acc", marker=".", color=color, label=label)
         acc = [c / t for c, t in zip(rec["correct"], rec["total"])]
         ax_dist.plot(rec["distance"], acc, color=color, lw=1.2, label=label)
-        ms = step_ms(job)
+        ms = job.median_step_ms()
         rows.append({"encoder": name, "layers": job.config.model.net.n_layers, "steps": rec["global_step"],
                      "params": rec["params"],
                      "receptive field": r or "all", "sequential steps": rec["sequential_steps"],
@@ -90,8 +82,6 @@ def analyze(ctx: Context) -> Result:
     stacking = far["deep cnn"] >= REACH
     parallel = row["attention"]["median step ms"] < row["rnn"]["median step ms"]
     accuracy_holds = global_reach and cnn_local
-    verdict = ("reproduced" if accuracy_holds and stacking and parallel
-               else "partly reproduced" if accuracy_holds or (global_reach and stacking) else "not reproduced")
     speed = row["rnn"]["median step ms"] / row["attention"]["median step ms"]
     r_deep = records["deep cnn"]["receptive_field"]
     far_quarter = 3 * (seq_len - 1) // 4  # the farthest quarter of the distances
@@ -102,7 +92,8 @@ def analyze(ctx: Context) -> Result:
         headline=(f"beyond the CNN's receptive field ({r_cnn} tokens): attention {far['attention']:.2f}, RNN "
                   f"{far['rnn']:.2f}, CNN {far['cnn']:.2f} (chance {chance:.3f}), CNN stacked to R={r_deep} "
                   f"{far['deep cnn']:.2f}; attention step ×{speed:.2f} the RNN's speed"),
-        verdict=verdict,
+        verdict=verdict(accuracy_holds and stacking and parallel,
+                        partly=accuracy_holds or (global_reach and stacking)),
         evidence=(
             f"Needle recall, T={seq_len}, {k} classes, answer read at the last position. Inside its receptive field "
             f"(distance < {r_cnn}) the {row['cnn']['layers']}-layer CNN is at {near_cnn:.2f}, beyond it at "

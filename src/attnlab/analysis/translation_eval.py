@@ -1,8 +1,6 @@
-"""What the translation claims (E4, E13, E15, E17) measure on a finished run: its checkpoint, its test split, and
-decoding them side by side in one process (same machine state, same batches), which the logged test metrics of
-separate runs cannot give.
+"""Decoding a translation model's test split side by side in one process (same machine state, same batches), which
+the logged test metrics of separate runs cannot give (used by claims E4, E13, E15, E17; any ``TranslationTask``).
 
-    task, dm = load_run(job)                     # the test's checkpoint (eval mode) and the run's data module
     batches = test_batches(dm, limit=None)       # the test split in the data module's own (length-sorted) batches
     out = decode(task, batches, beam_size=5)     # hypotheses, references, log-probs, seconds, sentences/s
     bleu, em = score(out.hyps, out.refs)         # sacrebleu's BLEU (via torchmetrics) and exact match
@@ -16,23 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .. import paths  # noqa: F401  (sets ATTNLAB_ROOT, which a run's saved config resolves its cache dir against)
 from ..metrics.translation import TranslationMetrics
-from .base import Job
-
-
-def load_run(job: Job):
-    """(task in eval mode on CPU, data module set up for testing) of one translation job."""
-    import hydra
-
-    from ..checkpoints import load_task
-    from ..tasks.translation import TranslationTask
-
-    task, _ = load_task(job.checkpoint, TranslationTask, "translation")
-    dm = hydra.utils.instantiate(job.config.data)
-    dm.prepare_data()
-    dm.setup("test")
-    return task, dm
 
 
 def test_batches(dm, split: str = "test", limit: int | None = None) -> list[dict]:

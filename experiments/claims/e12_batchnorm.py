@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .base import Claim, Context, Result, fmt
-from .plots import figure, save
+from .base import QUICK_LM, Claim, Context, Result, fmt, verdict
+from .plots import curve, figure, save
 
 SETTINGS = {"pre": "LayerNorm (pre)", "batch": "BatchNorm (pre)"}
 MARGIN = 0.05  # nats: a gap smaller than this is within run-to-run noise at this size
@@ -12,12 +12,9 @@ MARGIN = 0.05  # nats: a gap smaller than this is within run-to-run noise at thi
 def analyze(ctx: Context) -> Result:
     fig, (ax_train, ax_val) = figure(ncols=2)
     rows, last_drop = [], {}
-    for norm, label in SETTINGS.items():
-        job = ctx.job(norm=norm)
-        steps, loss = job.curve("train/loss")
-        ax_train.plot(steps, loss, label=label, lw=1)
-        v_steps, v_loss = job.curve("val/loss")
-        ax_val.plot(v_steps, v_loss, marker="o", ms=3, label=label)
+    for norm, label, job in ctx.settings("norm", SETTINGS):
+        _, loss = curve(ax_train, job, "train/loss", label=label, lw=1)
+        v_steps, v_loss = curve(ax_val, job, "val/loss", marker="o", ms=3, label=label)
         last_drop[norm] = (v_loss[-2] - v_loss[-1], v_steps[-1] - v_steps[-2]) if len(v_loss) > 1 else (0.0, 0)
         rows.append({"norm": label, "final train loss": fmt(loss[-1]), "val loss": fmt(v_loss[-1]),
                      "best val loss": fmt(min(v_loss)), "test ppl": fmt(job.metric("test/ppl"), 2)})
@@ -27,13 +24,12 @@ def analyze(ctx: Context) -> Result:
     save(fig, ctx.figure_path, "E12: BatchNorm vs LayerNorm")
     ln, bn = rows
     gap = bn["best val loss"] - ln["best val loss"]
-    verdict = "reproduced" if gap > MARGIN else "partly reproduced" if gap > 0 else "not reproduced"
     cfg = ctx.job(norm="pre").config
     return Result(
         rows=rows,
         headline=f"BatchNorm best val loss {bn['best val loss']:.3f} vs LayerNorm {ln['best val loss']:.3f} "
                  f"({gap:+.3f} nats)",
-        verdict=verdict,
+        verdict=verdict(gap > MARGIN, partly=gap > 0),
         evidence=(f"Same data, seed and {cfg.trainer.max_steps} steps; only the norm kind differs. BatchNorm's best "
                   f"validation loss is {gap:+.3f} nats from LayerNorm's ({bn['best val loss']:.3f} vs "
                   f"{ln['best val loss']:.3f}; test perplexity {bn['test ppl']:.1f} vs {ln['test ppl']:.1f}). The "
@@ -56,6 +52,6 @@ CLAIM = Claim(
     statement="BatchNorm does worse than LayerNorm in transformers (power normalization is about as good as LN or better).",
     commands=["python train.py -m experiment=e12_batchnorm norm=pre,batch"],
     analyze=analyze,
-    quick=["model.net.d_model=32", "model.net.n_layers=1", "data.seq_len=32", "data.batch_size=8"],
+    quick=QUICK_LM,
     minutes=4,
 )

@@ -2,56 +2,28 @@
 
 Two translation transformers, identical but for ``pos=learned`` / ``pos=none``. On each trained encoder the
 analysis shuffles the tokens of real test sources (no padding, dropout off), encodes, un-shuffles the output and
-takes the largest absolute difference to the unshuffled encoding: float rounding (~1e-6) if the encoder is
-equivariant, O(1) if it knows positions. Without positions the decoder's cross-attention (a softmax-weighted sum
-over the memory) cannot see the order either, so the whole model translates a shuffled source exactly as the
-original: "A hit B" = "B hit A". The quality cost is the test exact match / BLEU of the two runs.
+takes the largest absolute difference to the unshuffled encoding (:mod:`attnlab.analysis.equivariance`): float
+rounding (~1e-6) if the encoder is equivariant, O(1) if it knows positions. Without positions the decoder's
+cross-attention (a softmax-weighted sum over the memory) cannot see the order either, so the whole model translates
+a shuffled source exactly as the original: "A hit B" = "B hit A". The quality cost is the test exact match / BLEU
+of the two runs.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .base import Claim, Context, Result, fmt
-from .plots import figure, save
-from ..translate import translate_lines
-from .translation_eval import decode, load_run, test_batches
+from attnlab.analysis.equivariance import equivariance_error, shuffle_rows
+from attnlab.analysis.translation_eval import decode, test_batches
+from attnlab.translate import translate_lines
+
+from .base import QUICK_MT, Claim, Context, Result, fmt, verdict
+from .plots import figure, grouped_bars, save
+from .runs import load_run
 
 SETTINGS = {"learned": "learned positions", "none": "no positions"}
 PAIR = ("two thousand and six", "six thousand and two")  # the same words in another order
 N_SENTENCES = 300  # test sources for the equivariance check (all of them with --quick's tiny test split)
-
-
-def shuffle_rows(batch: dict, gen: torch.Generator) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Each row's real tokens in a random order other than the original (padding stays at the end)."""
-    src, perms = batch["src"].clone(), []
-    for b, n in enumerate(batch["src_mask"].sum(1).tolist()):
-        perm = torch.arange(n)
-        while n > 1 and torch.equal(perm, torch.arange(n)):
-            perm = torch.randperm(n, generator=gen)
-        src[b, :n] = batch["src"][b, :n][perm]
-        perms.append(perm)
-    return src, perms
-
-
-@torch.no_grad()
-def equivariance_error(net, batches: list[dict], limit: int, seed: int = 0) -> tuple[float, float]:
-    """(max, median) over sentences of max |encode(x)[i] - encode(shuffle(x))[perm^-1(i)]|, one sentence at a time
-    (no padding in the batch); the encoder ends in a norm, so outputs are O(1) and the error is comparable."""
-    gen = torch.Generator().manual_seed(seed)
-    errors = []
-    for batch in batches:
-        shuffled, perms = shuffle_rows(batch, gen)
-        for b, perm in enumerate(perms):
-            n = len(perm)
-            if n < 2 or len(errors) >= limit:
-                continue
-            mask = torch.ones(1, n, dtype=torch.bool)
-            out = net.encode(batch["src"][b : b + 1, :n], mask)[0]
-            out_shuffled = net.encode(shuffled[b : b + 1, :n], mask)[0]
-            errors.append(float((out_shuffled[torch.argsort(perm)] - out).abs().max()))
-    errors_t = torch.tensor(errors)
-    return float(errors_t.max()), float(errors_t.median())
 
 
 def shuffled_translation_unchanged(task, batches: list[dict], seed: int = 0) -> float:
@@ -67,8 +39,7 @@ def shuffled_translation_unchanged(task, batches: list[dict], seed: int = 0) -> 
 
 def analyze(ctx: Context) -> Result:
     rows, errors, examples = [], {}, {}
-    for pos, label in SETTINGS.items():
-        job = ctx.job(pos=pos)
+    for pos, label, job in ctx.settings("pos", SETTINGS):
         task, dm = load_run(job)
         batches = test_batches(dm, limit=64 if ctx.quick else N_SENTENCES)
         err_max, err_median = equivariance_error(task.net, batches, limit=N_SENTENCES)
@@ -84,8 +55,8 @@ def analyze(ctx: Context) -> Result:
     fig, (ax_q, ax_e) = figure(ncols=2)
     labels = [r["positions"] for r in rows]
     x = torch.arange(len(rows)).numpy()
-    ax_q.bar(x - 0.2, [r["test exact match"] for r in rows], width=0.4, label="exact match")
-    ax_q.bar(x + 0.2, [r["test BLEU"] / 100 for r in rows], width=0.4, label="BLEU / 100")
+    grouped_bars(ax_q, {"exact match": [r["test exact match"] for r in rows],
+                        "BLEU / 100": [r["test BLEU"] / 100 for r in rows]})
     ax_q.set(xticks=x, xticklabels=labels, ylim=(0, 1.05), title="test quality (greedy)")
     ax_q.legend(fontsize=8)
     floor = 1e-9  # an exactly equivariant encoder would give 0, which a log axis cannot draw
@@ -100,14 +71,12 @@ def analyze(ctx: Context) -> Result:
     broken = errors["learned"] > 1e-2
     gap = learned["test exact match"] - none["test exact match"]
     costly = gap >= 0.05
-    verdict = ("reproduced" if equivariant and broken and costly
-               else "partly reproduced" if equivariant and broken else "not reproduced")
     return Result(
         rows=rows,
         headline=(f"shuffling the source changes the no-position encoder by {errors['none']:.1g} (rounding) vs "
                   f"{errors['learned']:.2g} with learned positions; test exact match {none['test exact match']:.3f} "
                   f"vs {learned['test exact match']:.3f}"),
-        verdict=verdict,
+        verdict=verdict(equivariant and broken and costly, equivariant and broken),
         evidence=(f"Without positions the trained encoder is permutation equivariant to float rounding (max error "
                   f"{errors['none']:.2g} over the checked test sources; threshold 1e-4), and the whole model "
                   f"translates {none['translation unchanged by shuffling']:.0%} of shuffled sources exactly as the "
@@ -129,6 +98,6 @@ CLAIM = Claim(
                "unchanged), so 'A hit B' = 'B hit A'; adding position vectors X + P fixes it."),
     commands=["python train.py -m experiment=e04_positions pos=learned,none"],
     analyze=analyze,
-    quick=["model.net.d_model=32", "model.net.n_layers=1", "model.net.n_heads=2"],
+    quick=QUICK_MT,
     minutes=5,
 )

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 
-from ..data.parallel import bucket_names
-from .base import Claim, Context, Job, Result, fmt
+from attnlab.data.parallel import bucket_names
+
+from .base import QUICK_RNN_NUMBERS, Claim, Context, Job, Result, fmt, verdict_of_parts
 from .plots import figure, save
 
 MODELS = {"seq2seq_baseline": "RNN, fixed context c", "seq2seq_attention": "RNN + Bahdanau attention",
@@ -95,7 +96,6 @@ def analyze(ctx: Context) -> Result:
     d_base, d_attn = drop(base), drop(attn)
     falls = d_base >= BIG
     relieved = d_attn <= d_base - MARGIN
-    verdict = "reproduced" if falls and relieved else "partly reproduced" if falls or relieved else "not reproduced"
     if TRANSFORMER in jobs:
         trans = by_bucket(jobs[TRANSFORMER])
         tr_head = f" ({trans[-1]:.2f} transformer)"
@@ -108,7 +108,7 @@ def analyze(ctx: Context) -> Result:
         rows=rows,
         headline=(f"longest inputs ({names[-1]} words): exact match {base[-1]:.2f} with a fixed context vs "
                   f"{attn[-1]:.2f} with Bahdanau attention{tr_head}"),
-        verdict=verdict,
+        verdict=verdict_of_parts(falls, relieved),
         evidence=(f"Same data, seed and budget for the two RNNs ({steps(jobs[BASELINE])} steps). Without attention, "
                   f"exact match falls by "
                   f"{d_base:.2f} from its best bucket ({max(base):.2f}) to the {names[-1]}-word inputs "
@@ -133,7 +133,6 @@ CLAIM = Claim(
               "python train.py -m experiment=e01_bottleneck model=transformer_mt trainer.max_epochs=3 "
               "model.scheduler.warmup_steps=200"],
     analyze=analyze,
-    quick=["++model.net.d_model=32", "data.train_size=600", "data.val_size=40", "data.test_size=60",
-           "data.batch_size=16", "data.vocab_size=512"],
+    quick=QUICK_RNN_NUMBERS,
     minutes=7,
 )

@@ -10,18 +10,16 @@ from __future__ import annotations
 
 from statistics import mean
 
-from omegaconf import OmegaConf
-
-from ..tasks.base import build_net
-from .base import Claim, Context, Job, Result, fmt
-from .plots import figure, save
+from .base import QUICK_LM, STEP_TIMES, Claim, Context, Job, Result, fmt, verdict_of_parts
+from .plots import curve, figure, save
+from .runs import built_net
 
 ACTIVATIONS = {"relu": "ReLU", "swiglu": "SwiGLU"}
 
 
 def param_counts(job: Job) -> tuple[int, int]:
     """(feed-forward parameters of one block, non-embedding parameters of the whole net) of the job's net."""
-    net = build_net(OmegaConf.to_container(job.config.model.net, resolve=True))
+    net = built_net(job)
     return sum(p.numel() for p in net.decoder.layers[0].ffn.parameters()), net.num_params()
 
 
@@ -46,9 +44,8 @@ def analyze(ctx: Context) -> Result:
             raise LookupError(f"no ffn={act} job under {ctx.dir / '0'}")
         per_seed = []
         for job in jobs:
-            steps, loss = job.curve("val/loss")
+            steps, loss = curve(ax_val, job, "val/loss", color=colors[act], alpha=0.35, lw=1)
             per_seed.append(loss)
-            ax_val.plot(steps, loss, color=colors[act], alpha=0.35, lw=1)
             ffn_params, total = param_counts(job)
             params[act] = (ffn_params, total)
             rows.append({"ffn": label, "seed": int(job.config.seed), "ffn params / block": ffn_params,
@@ -76,7 +73,6 @@ def analyze(ctx: Context) -> Result:
     speedup = t_relu / t_swiglu if t_swiglu else None
     better = gap > spread
     faster = speedup is not None and speedup >= 1.1
-    verdict = "reproduced" if better and faster else "partly reproduced" if better or faster else "not reproduced"
     for row in rows:
         act = "relu" if row["ffn"] == "ReLU" else "swiglu"
         t = t_relu if act == "relu" else t_swiglu
@@ -96,7 +92,7 @@ def analyze(ctx: Context) -> Result:
                   f"{len(finals['relu'])} seeds, {n_s / n_r:.3f}× the parameters); "
                   + (f"ReLU's final loss reached in {speedup:.2f}× fewer steps" if speedup
                      else "SwiGLU never reached ReLU's final loss")),
-        verdict=verdict,
+        verdict=verdict_of_parts(better, faster),
         evidence=(f"Parameters matched: {f_s:,} vs {f_r:,} feed-forward parameters per block, {n_s:,} vs {n_r:,} "
                   f"non-embedding in all. At step {s_r[-1]} SwiGLU is {side} than ReLU (seed range {spread:.3f}; "
                   f"'better' needs SwiGLU ahead by more than that); at step {s_r[mid]} the difference was "
@@ -117,7 +113,6 @@ CLAIM = Claim(
                "feed-forward."),
     commands=["python train.py -m experiment=e10_swiglu ffn=relu,swiglu seed=1,2"],
     analyze=analyze,
-    quick=["model.net.d_model=32", "model.net.n_layers=1", "data.seq_len=32", "data.batch_size=8",
-           "callbacks.throughput.log_every_n_steps=1"],
+    quick=[*QUICK_LM, *STEP_TIMES],
     minutes=5,
 )

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from statistics import mean
 
-from .base import Claim, Context, Result, fmt
-from .plots import figure, save
+from .base import Claim, Context, Result, fmt, verdict_of_parts
+from .plots import figure, grouped_bars, save
 
 POOLS = {"mean": "mean of patch outputs", "cls": "class token"}
 PATCHES = ("2", "4")
@@ -30,12 +30,8 @@ def analyze(ctx: Context) -> Result:
 
     fig, (ax,) = figure(width=6.4, height=3.4)
     groups = [(patch, pos) for patch in PATCHES for pos in POS]
-    width = 0.38
-    for j, (pool, label) in enumerate(POOLS.items()):
-        xs = [i + (j - 0.5) * width for i in range(len(groups))]
-        ys = [acc[(pool, patch, pos)] for patch, pos in groups]
-        bars = ax.bar(xs, ys, width, label=label)
-        ax.bar_label(bars, [f"{y:.3f}" for y in ys], fontsize=7, padding=2)
+    grouped_bars(ax, {label: [acc[(pool, patch, pos)] for patch, pos in groups] for pool, label in POOLS.items()},
+                 width=0.38, label_fmt="{:.3f}")
     ax.set_xticks(range(len(groups)), [f"patch {p} ({(image // int(p)) ** 2} patches)\npos={q}"
                                        for p, q in groups], fontsize=7)
     low = min(acc.values())
@@ -55,8 +51,6 @@ def analyze(ctx: Context) -> Result:
     # positions beat none by ≥ 2 points on average over the four pool × patch pairs
     mean_works = default >= 0.9 and d_pool >= -0.01
     pos_matter = d_pos_mean >= 0.02
-    verdict = "reproduced" if mean_works and pos_matter else (
-        "partly reproduced" if mean_works or pos_matter else "not reproduced")
     pos_detail = ", ".join(f"{pool}/patch {p}: {d:+.3f}" for (pool, p), d in d_pos.items())
     pool_detail = ", ".join(f"patch {p}/{q}: {acc[('mean', p, q)] - acc[('cls', p, q)]:+.3f}"
                             for p in PATCHES for q in POS)
@@ -64,7 +58,7 @@ def analyze(ctx: Context) -> Result:
         rows=rows,
         headline=(f"Mean pooling {default:.3f} test accuracy (patch 2, learned positions), {d_pool:+.3f} vs a class "
                   f"token on average; positions add {d_pos_mean:+.3f} on average"),
-        verdict=verdict,
+        verdict=verdict_of_parts(mean_works, pos_matter),
         evidence=(f"Averaging the patch outputs: {'works' if mean_works else 'does not hold up'} — the default ViT "
                   f"reaches {default:.3f} and mean pooling is {d_pool:+.3f} vs the class token averaged over the "
                   f"four patch × position settings ({pool_detail}; rule: default ≥ 0.9 and average ≥ −0.01 vs "

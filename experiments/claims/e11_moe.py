@@ -18,19 +18,15 @@ import time
 from statistics import median
 
 import torch
-from omegaconf import OmegaConf
 
-from ..tasks.base import build_net
-from ..tasks.causal_lm import lm_loss
-from .base import Claim, Context, Job, Result, fmt
-from .plots import figure, save
+from attnlab.tasks.causal_lm import lm_loss
+
+from .base import QUICK_LM, STEP_TIMES, Claim, Context, Job, Result, fmt, verdict
+from .plots import curve, figure, grouped_bars, save
+from .runs import built_net
 
 ACTIVE_TOL = 0.05  # MoE active params within 5% of dense 4d's: "equal compute"
 TIME_TOL = 1.25  # MoE step time at most 1.25× dense 4d's (routing and dispatch cost something)
-
-
-def build(job: Job) -> torch.nn.Module:
-    return build_net(OmegaConf.to_container(job.config.model.net, resolve=True))
 
 
 def describe(job: Job, net: torch.nn.Module) -> dict:
@@ -65,16 +61,14 @@ def analyze(ctx: Context) -> Result:
     fig, (ax_val, ax_par, ax_time) = figure(ncols=3)
     rows, info = [], {}
     colors = {"dense 4d": "tab:blue", "MoE 8×2d top-2": "tab:purple", "dense 16d": "tab:gray"}
-    nets = {name: build(job) for name, job in models.items()}
+    nets = {name: built_net(job) for name, job in models.items()}
     cfg = models["dense 4d"].config.data
     bench = interleaved_ms(nets, int(cfg.batch_size), int(cfg.seq_len), rounds=2 if ctx.quick else 6)
     for name, job in models.items():
         c = describe(job, nets[name])
-        steps, loss = job.curve("val/loss")
-        _, times = job.curve("perf/step_time_ms")
-        c.update(val=job.metric("val/loss"), run_ms=median(times[1:] or times), ms=bench[name])
+        c.update(val=job.metric("val/loss"), run_ms=job.median_step_ms(), ms=bench[name])
         info[name] = c
-        ax_val.plot(steps, loss, marker="o", ms=3, color=colors[name], label=name)
+        curve(ax_val, job, "val/loss", marker="o", ms=3, color=colors[name], label=name)
         moe = job.config.moe
         rows.append({"model": name, "experts (top-k)": f"{moe.num_experts} ({moe.top_k})" if moe.enabled else "–",
                      "ffn hidden": int(job.config.ffn.hidden_mult * job.config.model.net.d_model),
@@ -84,12 +78,11 @@ def analyze(ctx: Context) -> Result:
                      "run step ms (median)": fmt(c["run_ms"], 1), "fwd+bwd CPU ms (interleaved)": fmt(c["ms"], 1)})
     names = list(models)
     x = range(len(names))
-    ax_par.bar([i - 0.2 for i in x], [info[n]["total"] / 1e6 for n in names], 0.4, label="total")
-    ax_par.bar([i + 0.2 for i in x], [info[n]["active"] / 1e6 for n in names], 0.4, label="active per token")
+    grouped_bars(ax_par, {"total": [info[n]["total"] / 1e6 for n in names],
+                          "active per token": [info[n]["active"] / 1e6 for n in names]})
     base = info[names[0]]
-    ax_time.bar([i - 0.2 for i in x], [info[n]["flops"] / base["flops"] for n in names], 0.4, label="FLOPs / token")
-    ax_time.bar([i + 0.2 for i in x], [info[n]["ms"] / base["ms"] for n in names], 0.4,
-                label="fwd+bwd time (interleaved)")
+    grouped_bars(ax_time, {"FLOPs / token": [info[n]["flops"] / base["flops"] for n in names],
+                           "fwd+bwd time (interleaved)": [info[n]["ms"] / base["ms"] for n in names]})
     for ax in (ax_par, ax_time):
         ax.set_xticks(list(x), [n.replace(" top-2", "\ntop-2") for n in names], fontsize=7)
     ax_val.set(xlabel="step", ylabel="val loss", title="validation loss")
@@ -105,14 +98,12 @@ def analyze(ctx: Context) -> Result:
     decoupled = moe["total"] >= 2.5 * moe["active"] and abs(moe["active"] / d4["active"] - 1) <= ACTIVE_TOL
     cheap = moe["ms"] <= TIME_TOL * d4["ms"] and moe["ms"] < d16["ms"]
     helps = moe["val"] < d4["val"]
-    verdict = ("reproduced" if decoupled and cheap and helps else
-               "partly reproduced" if decoupled and (cheap or helps) else "not reproduced")
     return Result(
         rows=rows,
         headline=(f"MoE: {moe['total'] / moe['active']:.1f}× as many parameters as it uses per token; step time "
                   f"{moe['ms'] / d4['ms']:.2f}× dense-4d's (dense-16d: {d16['ms'] / d4['ms']:.2f}×); val loss "
                   f"{moe['val']:.3f} vs {d4['val']:.3f} (dense 4d) and {d16['val']:.3f} (dense 16d)"),
-        verdict=verdict,
+        verdict=verdict(decoupled and cheap and helps, partly=decoupled and (cheap or helps)),
         evidence=(f"Counted from the built nets: the MoE holds {moe['total']:,} non-embedding parameters "
                   f"({moe['total'] / d16['total']:.3f}× dense 16d's {d16['total']:,}) but a token passes through "
                   f"{moe['active']:,} ({moe['active'] / d4['active']:.3f}× dense 4d's {d4['active']:,}); FLOPs per "
@@ -138,7 +129,6 @@ CLAIM = Claim(
     commands=["python train.py -m experiment=e11_moe moe=off ffn.hidden_mult=4,16",
               "python train.py -m experiment=e11_moe moe=on ffn.hidden_mult=2"],
     analyze=analyze,
-    quick=["model.net.d_model=32", "model.net.n_layers=1", "data.seq_len=32", "data.batch_size=8",
-           "callbacks.throughput.log_every_n_steps=1"],
+    quick=[*QUICK_LM, *STEP_TIMES],
     minutes=5,
 )

@@ -19,10 +19,11 @@ import hydra
 import torch
 from omegaconf import OmegaConf
 
-from ..tasks.base import build_net
-from ..tasks.causal_lm import lm_loss
-from .base import Claim, Context, Job, Result, fmt
-from .plots import figure, save
+from attnlab.tasks.causal_lm import lm_loss
+
+from .base import STEP_TIMES, Claim, Context, Job, Result, fmt, verdict
+from .plots import curve, figure, save
+from .runs import built_net
 
 NORMS = {"post": "post-LN", "pre": "pre-LN"}
 LR_KEY = "model.optimizer.lr"
@@ -36,7 +37,7 @@ def ffn_grad_norms(job: Job) -> list[float]:
     first training batch."""
     cfg = job.config
     torch.manual_seed(int(cfg.seed))
-    net = build_net(OmegaConf.to_container(cfg.model.net, resolve=True))
+    net = built_net(job)
     net.eval()  # no dropout: the measurement is deterministic
     dm = hydra.utils.instantiate(OmegaConf.to_container(cfg.data, resolve=True))
     dm.setup("fit")
@@ -62,10 +63,9 @@ def analyze(ctx: Context) -> Result:
         for i, lr in enumerate(lrs):
             job = next(j for j in ctx.jobs() if j.overrides["norm"] == norm and float(j.overrides[LR_KEY]) == lr)
             t_steps, t_loss = job.curve("train/loss")
-            v_steps, v_loss = job.curve("val/loss")
             name = f"{label}, lr {lr:g}"
             ax_train.plot(t_steps, smooth(t_loss), styles[i % 4], color=colors[norm], label=name)
-            ax_val.plot(v_steps, v_loss, styles[i % 4], color=colors[norm], marker="o", ms=3, label=name)
+            _, v_loss = curve(ax_val, job, "val/loss", styles[i % 4], color=colors[norm], marker="o", ms=3, label=name)
             final = job.metric("val/loss")
             skipped = job.metrics.get("train/skipped_batches", 0.0)
             finite = [x for x in t_loss if math.isfinite(x)]
@@ -93,7 +93,6 @@ def analyze(ctx: Context) -> Result:
     # Rule: post-norm "struggles" at a learning rate if it diverges or ends > TOLERANCE nats above pre-norm.
     worse = {lr: by["post", lr]["blew_up"] or by["post", lr]["val"] > by["pre", lr]["val"] + TOLERANCE for lr in lrs}
     n_worse = sum(worse.values())
-    verdict = ("reproduced" if n_worse == len(lrs) else "partly reproduced" if n_worse else "not reproduced")
     gaps = ", ".join(f"lr {lr:g}: post {by['post', lr]['val']:.3f} vs pre {by['pre', lr]['val']:.3f}"
                      f"{' (post diverged)' if by['post', lr]['blew_up'] else ''}"
                      f"{' (pre diverged)' if by['pre', lr]['blew_up'] else ''}" for lr in lrs)
@@ -104,7 +103,7 @@ def analyze(ctx: Context) -> Result:
         rows=rows,
         headline=(f"final val loss post-LN vs pre-LN without warm-up: {gaps}; layer-1/layer-{len(grads['post'])} "
                   f"gradient at init {ratio['post']:.2f} (post) vs {ratio['pre']:.2f} (pre)"),
-        verdict=verdict,
+        verdict=verdict(n_worse == len(lrs), partly=n_worse > 0),
         evidence=(f"{steps} steps, same seed and data, no warm-up, no gradient clipping. Post-LN trails or diverges "
                   f"(> {TOLERANCE} nats worse, or its train loss ends > {BLOW_UP} nat above its minimum) at "
                   f"{n_worse} of {len(lrs)} learning rates ({gaps}). At initialization layer 1's feed-forward "
@@ -130,7 +129,6 @@ CLAIM = Claim(
                "(LayerNorm before attention and MLP) is more stable."),
     commands=["python train.py -m experiment=e08_postnorm norm=post,pre model.optimizer.lr=1e-3,3e-3"],
     analyze=analyze,
-    quick=["model.net.d_model=32", "model.net.n_layers=2", "data.seq_len=32", "data.batch_size=8",
-           "callbacks.throughput.log_every_n_steps=1"],
+    quick=["model.net.d_model=32", "model.net.n_layers=2", "data.seq_len=32", "data.batch_size=8", *STEP_TIMES],
     minutes=5,
 )

@@ -9,9 +9,11 @@ name is the only new thing. ``copy_test/name_copied`` is the share of outputs co
 
 from __future__ import annotations
 
-from .base import Claim, Context, Result, fmt
-from .plots import figure, save
-from .translation_eval import decode, load_run, test_batches
+from attnlab.analysis.translation_eval import decode, test_batches
+
+from .base import QUICK_MT, Claim, Context, Result, fmt, verdict
+from .plots import figure, grouped_bars, save
+from .runs import load_run
 
 SETTINGS = {False: "no copy", True: "pointer-generator copy"}  # the sweep writes them as False / True
 
@@ -30,8 +32,7 @@ def name_share(sources: list[str], hyps: list[str]) -> tuple[float, float]:
 
 def analyze(ctx: Context) -> Result:
     rows, examples = [], {}
-    for copy, label in SETTINGS.items():
-        job = ctx.job(model__net__copy=copy)
+    for copy, label, job in ctx.settings("model.net.copy", SETTINGS):
         task, dm = load_run(job)
         out = decode(task, test_batches(dm, "copy_test", limit=64 if ctx.quick else None), beam_size=1)
         prefix, chars = name_share(out.srcs, out.hyps)
@@ -47,9 +48,7 @@ def analyze(ctx: Context) -> Result:
 
     fig, (ax,) = figure(width=5.2)
     keys = ["unseen names copied", "share of name copied", "copy_test exact match", "test exact match"]
-    for i, r in enumerate(rows):
-        xs = [k + (i - 0.5) * 0.38 for k in range(len(keys))]
-        bars = ax.bar(xs, [r[k] for k in keys], width=0.38, label=r["model"])
+    for bars in grouped_bars(ax, {r["model"]: [r[k] for k in keys] for r in rows}, width=0.38):
         ax.bar_label(bars, fmt="%.2f", fontsize=8)
     ax.set(xticks=range(len(keys)), xticklabels=["whole name\ncopied", "share of the\nname copied",
                                                   "exact match\n(unseen names)", "exact match\n(numbers test)"],
@@ -64,13 +63,11 @@ def analyze(ctx: Context) -> Result:
     (src, hyp_copy), (_, hyp_plain) = examples[True][0], examples[False][0]
     shown = f" E.g. '{src}': with copy '{hyp_copy}', without '{hyp_plain}'."
     helps, harmless = gain >= 0.1, cost <= 0.02
-    verdict = ("reproduced" if helps and harmless else "partly reproduced" if helps or partial >= 0.1
-               else "not reproduced")
     return Result(
         rows=rows,
         headline=(f"unseen names copied: {copy['unseen names copied']:.3f} with the copy mechanism vs "
                   f"{plain['unseen names copied']:.3f} without"),
-        verdict=verdict,
+        verdict=verdict(helps and harmless, partly=helps or partial >= 0.1),
         evidence=(f"On 'name has number' sentences whose 20 names never occur in training, the pointer-generator "
                   f"puts the name in {copy['unseen names copied']:.1%} of its outputs, the plain transformer in "
                   f"{plain['unseen names copied']:.1%} ({gain:+.3f}; needed: +0.1); it starts the name (an output "
@@ -95,6 +92,6 @@ CLAIM = Claim(
                "distribution, so rare input words (a name in 'hello, I am Kurororo') can be copied."),
     commands=["python train.py -m experiment=e15_copy model.net.copy=false,true"],
     analyze=analyze,
-    quick=["model.net.d_model=32", "model.net.n_layers=1", "model.net.n_heads=2"],
+    quick=QUICK_MT,
     minutes=6,
 )

@@ -15,9 +15,11 @@ import math
 
 import torch
 
-from .base import Claim, Context, Result, fmt
-from .lm_probes import attention_grad_norm, attention_stats, datamodule, task_at_init, trained_task, val_batch
-from .plots import figure, save
+from attnlab.analysis.lm_probes import attention_grad_norm, attention_stats, val_batch
+
+from .base import QUICK_LM, Claim, Context, Result, fmt, verdict_of_parts
+from .plots import curve, figure, grouped_bars, save
+from .runs import datamodule, task_at_init, trained_task
 
 SETTINGS = {"True": "scaled (1/√d_k)", "False": "unscaled"}  # Hydra writes a swept bool back capitalized
 HEAD_DIMS = (4, 16, 64, 256, 1024)
@@ -44,22 +46,21 @@ def analyze(ctx: Context) -> Result:
     dm = datamodule(first)
     batch = val_batch(dm, 32)
     rows, stats = [], {}
-    for i, (flag, label) in enumerate(SETTINGS.items()):
-        job = ctx.job(attn__scaled=flag)
+    for flag, label, job in ctx.settings("attn.scaled", SETTINGS):
         init, trained = task_at_init(job), trained_task(job)
         s0, s1 = attention_stats(init.net, batch["input_ids"]), attention_stats(trained.net, batch["input_ids"])
         g0, g1 = attention_grad_norm(init, batch), attention_grad_norm(trained, batch)
-        v_steps, v_loss = job.curve("val/loss")
+        _, v_loss = curve(ax_val, job, "val/loss", marker="o", ms=3, label=label)
         stats[flag] = (s0, s1, g0, g1, min(v_loss))
-        ax_val.plot(v_steps, v_loss, marker="o", ms=3, label=label)
-        ax_ent.bar([i - 0.2, i + 0.2], [s0.relative, s1.relative], width=0.4, color=["#9ecae1", "#3182bd"],
-                   label=["at init", "trained"] if i == 0 else None)
         rows.append({"attention": label,
                      "entropy/max init": fmt(s0.relative), "entropy/max trained": fmt(s1.relative),
                      "peak weight init": fmt(s0.peak), "peak weight trained": fmt(s1.peak),
                      "saturated rows trained": fmt(s1.saturated),
                      "q/k grad norm init": fmt(g0, 4), "q/k grad norm trained": fmt(g1, 4),
                      "best val loss": fmt(min(v_loss))})
+    grouped_bars(ax_ent, {"at init": [stats[f][0].relative for f in SETTINGS],
+                          "trained": [stats[f][1].relative for f in SETTINGS]},
+                 styles={"at init": {"color": "#9ecae1"}, "trained": {"color": "#3182bd"}})
     ax_ent.set_xticks(range(len(SETTINGS)), list(SETTINGS.values()))
     ax_ent.set(ylabel="entropy / uniform maximum", ylim=(0, 1.05), title="GPT attention (val batch)")
     ax_ent.legend(fontsize=7)
@@ -75,13 +76,12 @@ def analyze(ctx: Context) -> Result:
     vanishes = g0u < 0.5 * g0s or g1u < 0.5 * g1s
     worse = vu > vs + 0.05
     hits = sum([saturates, vanishes, worse])
-    verdict = "reproduced" if hits == 3 else "partly reproduced" if hits else "not reproduced"
     return Result(
         rows=rows,
         headline=(f"d_k={d_k}: unscaled attention entropy {s1u.relative:.2f} of max after training vs "
                   f"{s1s.relative:.2f} scaled (at init {s0u.relative:.2f} vs {s0s.relative:.2f}); best val loss "
                   f"{vu:.3f} vs {vs:.3f}"),
-        verdict=verdict,
+        verdict=verdict_of_parts(saturates, vanishes, worse),
         evidence=(f"With unit-variance random q and k at d_k={d_k}, unscaled scores give a softmax entropy of "
                   f"{mc['False']:.2f} of the maximum against {mc['True']:.2f} scaled: the mechanism holds. In the "
                   f"trained one-head GPT (d_k={d_k}) the unscaled model's attention "
@@ -112,6 +112,6 @@ CLAIM = Claim(
                "early in training."),
     commands=["python train.py -m experiment=e03_attention_scale attn.scaled=true,false"],
     analyze=analyze,
-    quick=["model.net.d_model=32", "model.net.n_layers=1", "data.seq_len=32", "data.batch_size=8"],
+    quick=QUICK_LM,
     minutes=4,
 )

@@ -8,8 +8,8 @@ the test split's free-running skipped characters and repeats per utterance (``mo
 
 from __future__ import annotations
 
-from .base import Claim, Context, Result, fmt
-from .plots import figure, save
+from .base import Claim, Context, Result, fmt, verdict_of_parts
+from .plots import curve, figure, grouped_bars, save
 
 # Hydra writes the swept booleans into overrides.yaml as True / False
 SETTINGS = {"True": "guided attention", "False": "no guidance"}
@@ -21,14 +21,12 @@ FINAL = ["diagonal_rate_tf", "diagonal_rate_fr", "focus_rate_tf", "focus_rate_fr
 def analyze(ctx: Context) -> Result:
     fig, (ax_diag, ax_focus, ax_err) = figure(ncols=3, width=3.8)
     rows, jobs = [], {}
-    for on, label in SETTINGS.items():
-        job = jobs[on] = ctx.job(model__guided_attention__enabled=on)
+    for on, label, job in ctx.settings("model.guided_attention.enabled", SETTINGS):
+        jobs[on] = job
         for key, style in (("diagonal_rate_tf", "-"), ("diagonal_rate_fr", "--")):
-            steps, vals = job.curve(f"val/{key}")
-            ax_diag.plot(steps, vals, style, marker="o", ms=3, color=COLORS[on],
-                         label=f"{label}, {'teacher-forced' if key.endswith('tf') else 'free-running'}")
-        steps, vals = job.curve("val/focus_rate_tf")
-        ax_focus.plot(steps, vals, marker="o", ms=3, color=COLORS[on], label=label)
+            curve(ax_diag, job, f"val/{key}", style, marker="o", ms=3, color=COLORS[on],
+                  label=f"{label}, {'teacher-forced' if key.endswith('tf') else 'free-running'}")
+        steps, _ = curve(ax_focus, job, "val/focus_rate_tf", marker="o", ms=3, color=COLORS[on], label=label)
         rows.append({"setting": label, "val points": len(steps), "steps": steps[-1],
                      **{f"test {k}": fmt(job.metric(f"test/{k}")) for k in FINAL}})
     ax_diag.set(xlabel="training step", ylabel="diagonal rate (val)", ylim=(0, 1),
@@ -38,14 +36,10 @@ def analyze(ctx: Context) -> Result:
     ax_focus.set(xlabel="training step", ylabel="focus rate (val, teacher-forced)", ylim=(0, 1),
                  title="focus (mean max weight)")
     kinds = ["skipped_chars", "repeats"]
-    width = 0.38
-    top = 0.0
-    for j, (on, label) in enumerate(SETTINGS.items()):
-        ys = [jobs[on].metric(f"test/{k}") for k in kinds]
-        bars = ax_err.bar([i + (j - 0.5) * width for i in range(len(kinds))], ys, width, color=COLORS[on],
-                          label=label)
-        ax_err.bar_label(bars, [f"{y:.2f}" for y in ys], fontsize=7, padding=2)
-        top = max(top, *ys)
+    errs = {label: [jobs[on].metric(f"test/{k}") for k in kinds] for on, label in SETTINGS.items()}
+    grouped_bars(ax_err, errs, width=0.38, label_fmt="{:.2f}",
+                 styles={label: {"color": COLORS[on]} for on, label in SETTINGS.items()})
+    top = max(y for ys in errs.values() for y in ys)
     ax_err.set_xticks(range(len(kinds)), ["skipped chars", "repeats"])
     ax_err.set(ylabel="per utterance (test, free-running)", title="free-running errors (test)",
                ylim=(0, max(0.5, 1.3 * top)))
@@ -58,7 +52,6 @@ def analyze(ctx: Context) -> Result:
     # the alignment forms with guidance and not without (teacher-forced); free-running output follows the text
     aligned = g["test diagonal_rate_tf"] >= 0.6 and d_tf >= 0.3
     follows = d_fr >= 0.1 and errors[g["setting"]] <= errors[u["setting"]]
-    verdict = "reproduced" if aligned and follows else "partly reproduced" if aligned or follows else "not reproduced"
     fr_samples = jobs["True"].config.model.free_running_samples
     rare = (" Skips and repeats are rare both ways at this size (< 0.5 per utterance), so they do not separate the "
             "runs; the diagonal rates do." if max(errors.values()) < 0.5 else "")
@@ -73,7 +66,7 @@ def analyze(ctx: Context) -> Result:
         headline=(f"Test diagonal rate {g['test diagonal_rate_tf']:.2f} with guided attention vs "
                   f"{u['test diagonal_rate_tf']:.2f} without (teacher-forced); free-running "
                   f"{g['test diagonal_rate_fr']:.2f} vs {u['test diagonal_rate_fr']:.2f}"),
-        verdict=verdict,
+        verdict=verdict_of_parts(aligned, follows),
         evidence=(f"After {g['steps']} steps each, the guided model's teacher-forced diagonal rate is "
                   f"{g['test diagonal_rate_tf']:.2f} (first validation: {first['True'][1][0]:.2f} at step "
                   f"{first['True'][0][0]}) and the unguided one's {u['test diagonal_rate_tf']:.2f} (first: "

@@ -1,0 +1,12 @@
+"""What pyproject.toml cannot say: the repository's conf/ ships inside the wheel as the package data ``attnlab/conf``,
+so that an installed (non-editable) attnlab finds its Hydra configs (src/attnlab/paths.py picks the checkout's conf/
+when there is one, this copy otherwise). Everything else is in pyproject.toml."""
+
+from setuptools import find_packages, setup
+
+setup(
+    packages=[*find_packages("src"), "attnlab.conf"],
+    package_dir={"": "src", "attnlab.conf": "conf"},
+    package_data={"attnlab.conf": ["**/*.yaml"]},
+    exclude_package_data={"attnlab.conf": ["local/*"]},  # machine-local overrides (git-ignored) stay on the machine
+)
