@@ -41,6 +41,9 @@ def test_fast_run_trains_checkpoints_maps_and_measures(tmp_path, cache_dir):
     maps = sorted((tmp_path / "attention_maps").glob("epoch*/*.png"))
     assert {p.name for p in maps} == {"net.decoder.layers.0.self_attn.png", "net.decoder.layers.1.self_attn.png"}
     assert len({p.parent for p in maps}) == 2  # one folder per validation epoch
+    # the other families' output callbacks are on by default too, and write nothing for a language model
+    assert not [n for n in ("translations", "tts_samples", "confusion_matrix", "test_by_distance.json")
+                if (tmp_path / n).exists()]
 
 
 def test_resume_continues_step_count(tmp_path, cache_dir):

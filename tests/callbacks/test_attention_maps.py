@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 from attnlab.callbacks.attention_maps import AttentionMapCallback
 from attnlab.models.causal_lm import CausalLM
 from attnlab.modules.attention import MultiHeadAttention
+from attnlab.tasks.protocols import AttentionSample
 
 VOCAB, SEQ = 50, 17
 
@@ -54,9 +55,9 @@ class TinyLM(L.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
     # --- attention-map protocol
-    def attention_sample(self):
+    def attention_sample(self, max_tokens):
         labels = [f"t{int(i)}" for i in self.sample_ids[0]]
-        return {"ids": self.sample_ids}, labels, labels
+        return AttentionSample({"ids": self.sample_ids}, labels, labels)
 
     def attention_forward(self, ids):
         return self.model(ids)
@@ -85,9 +86,10 @@ def test_maps_per_module_every_n_epochs_and_fast_path_kept(tmp_path):
     # After validation epochs 0 and 1 (2 batches each); none for the sanity check (which would be step 0).
     assert _dirs(tmp_path / "maps1") == ["epoch000-step000002", "epoch001-step000004"]
     assert _dirs(tmp_path / "maps2") == ["epoch001-step000004"]
+    both = ["model.decoder.layers.0.self_attn.png", "model.decoder.layers.1.self_attn.png"]
     for epoch_dir in _dirs(tmp_path / "maps1"):
-        assert _dirs(tmp_path / "maps1" / epoch_dir) == ["model.decoder.layers.0.self_attn.png", "model.decoder.layers.1.self_attn.png"]
-    assert [p.name for p in every1.last_paths] == ["model.decoder.layers.0.self_attn.png", "model.decoder.layers.1.self_attn.png"]
+        assert _dirs(tmp_path / "maps1" / epoch_dir) == both
+    assert [p.name for p in every1.last_paths] == both
     assert [p.name for p in every2.last_paths] == ["model.decoder.layers.0.self_attn.png"]
     assert all(p.exists() for p in every1.last_paths + every2.last_paths)
     assert mpimg.imread(every2.last_paths[0]).ndim == 3
@@ -120,14 +122,29 @@ def test_warns_once_without_protocol(tmp_path):
     assert not (tmp_path / "maps").exists() and cb.last_paths == []
 
 
-class DictSampleLM(TinyLM):
-    def attention_sample(self):
+class PerModuleLabelsLM(TinyLM):
+    def attention_sample(self, max_tokens):
         labels = [f"t{int(i)}" for i in self.sample_ids[0]]
-        return {
-            "inputs": {"ids": self.sample_ids},
-            "x_labels": labels, "y_labels": labels,
-            "labels": {"model.decoder.layers.1.": ([f"q{i}" for i in range(len(labels))], labels)},
-        }
+        return AttentionSample({"ids": self.sample_ids}, labels, labels,
+                               labels={"model.decoder.layers.1.": ([f"q{i}" for i in range(len(labels))], labels)})
+
+
+def test_labels_per_module_prefix_longest_match_wins():
+    sample = AttentionSample({}, ["q"], ["k"], labels={"enc": (["e"], ["e"]), "enc.layers.1": (["x"], ["y"])})
+    assert sample.labels_for("dec.layers.0") == (["q"], ["k"])
+    assert sample.labels_for("enc.layers.0") == (["e"], ["e"])
+    assert sample.labels_for("enc.layers.1.self_attn") == (["x"], ["y"])
+
+
+class TupleSampleLM(TinyLM):
+    def attention_sample(self, max_tokens):
+        return {"ids": self.sample_ids}, None, None
+
+
+def test_an_untyped_sample_is_a_type_error(tmp_path):
+    with pytest.raises(TypeError, match="must return an AttentionSample or None, got tuple"):
+        _trainer(tmp_path, [AttentionMapCallback(dirname="maps")], max_epochs=1).fit(
+            TupleSampleLM(), _loader(), _loader(seed=1))
 
 
 def test_logs_images_to_wandb_offline(tmp_path, monkeypatch):
@@ -140,7 +157,7 @@ def test_logs_images_to_wandb_offline(tmp_path, monkeypatch):
     cb = AttentionMapCallback(max_tokens=12)
     logger = WandbLogger(offline=True, save_dir=str(tmp_path), project="attnlab-tests")
     try:
-        _trainer(tmp_path, [cb], max_epochs=1, logger=logger).fit(DictSampleLM(), _loader(), _loader(seed=1))
+        _trainer(tmp_path, [cb], max_epochs=1, logger=logger).fit(PerModuleLabelsLM(), _loader(), _loader(seed=1))
     finally:
         wandb.finish()
     assert len(cb.last_paths) == 2

@@ -2,38 +2,27 @@
 
 Protocol with the LightningModule
 ---------------------------------
-The module provides two methods:
+The module provides (:class:`~attnlab.tasks.protocols.AttentionSource`):
 
-``attention_sample(self) -> tuple[dict, list[str], list[str]]``
-    ``(batch_kwargs, query_labels, key_labels)`` for ONE fixed validation sample (batch size 1). It should return
-    the same sample every time (pick it once, e.g. the first validation example, and cache it) so that the maps
-    are comparable across epochs. Tensors in ``batch_kwargs`` may be on any device; the callback moves them to
-    the module's device. ``query_labels`` name the rows of each map (the tokens that attend), ``key_labels``
-    the columns (the tokens attended to).
+``attention_sample(self, max_tokens: int) -> AttentionSample | None``
+    ONE fixed sample (batch size 1) as an :class:`~attnlab.tasks.protocols.AttentionSample`: the keyword
+    arguments of ``attention_forward``, the names of the rows (queries) and columns (keys) of a map, and, for
+    models whose attention modules attend over different sequences (an encoder-decoder's encoder, decoder and
+    cross-attention), names per module-name prefix. It should be the same sample every time (pick it once and
+    cache it) so that maps compare across epochs; tensors may be on any device (the callback moves them). Names
+    whose count does not match a map's size are left out of that map. ``max_tokens`` is this callback's crop; a
+    task whose sample length is free (the language model's text) makes its sample that long. ``None``: this
+    module has nothing to draw (an RNN or CNN variant of a family); the callback then draws nothing, silently.
 
-    For models whose attention modules do not all share the same queries/keys (an encoder-decoder's encoder
-    self-attention, decoder self-attention and cross-attention), it may instead return a dict::
+``attention_forward(self, **inputs)``
+    Runs the model's forward pass on the sample (the result is ignored).
 
-        {"inputs": batch_kwargs, "y_labels": query_labels, "x_labels": key_labels,
-         "labels": {"encoder.": (src_tokens, src_tokens), "decoder.": (tgt_tokens, tgt_tokens),
-                    "decoder.layers.0.cross_attn": (tgt_tokens, src_tokens), ...}}
-
-    where ``labels`` maps a prefix of the attention module's name (as in ``pl_module.named_modules()``) to
-    ``(query_labels, key_labels)``; the longest matching prefix wins, ``y_labels``/``x_labels`` are the default.
-    Labels whose count does not match a map's size are left out of that map.
-
-    It may return ``None``: this module has no attention to draw (a model family whose RNN or CNN variant shares
-    the attention variant's task); the callback then draws nothing, silently.
-
-``attention_forward(self, **batch_kwargs)``
-    Runs the model's forward pass on the sample (the result is ignored). Optional: without it the callback
-    calls ``pl_module(**batch_kwargs)``.
-
-``render_attention(self, maps: dict[str, Tensor], out_dir: Path) -> list[tuple[str, Path]]``
-    Optional: draws the maps itself instead of the token heatmaps (images: attention over the picture, rollout).
-    It receives every captured map (module name -> weights (B, H, Tq, Tk), batch of the sample; ``max_layers``,
-    ``max_heads`` and ``max_tokens`` are not applied) and the folder to write into, and returns ``(key, png path)``
-    pairs; the callback logs each PNG to W&B under ``attention/<key>`` and returns the paths.
+``render_attention(self, maps: dict[str, Tensor], sample: AttentionSample) -> list[AttentionFigure]``
+    Optional (:class:`~attnlab.tasks.protocols.RendersAttention`): draws the maps itself instead of the token
+    heatmaps (images: attention over the picture, rollout). It receives every captured map (module name ->
+    weights (B, H, Tq, Tk), batch of the sample; ``max_layers``, ``max_heads`` and ``max_tokens`` are not
+    applied) and returns ``(key, figure)`` pairs; the callback saves each as ``<key>.png`` and logs it to W&B
+    under ``attention/<key>``.
 
 What the callback does
 ----------------------
@@ -58,17 +47,17 @@ gathers). Cost: one batch-1 forward plus roughly 0.2–1.5 s of matplotlib per l
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import move_data_to_device, rank_zero_warn
 
 from ..modules.attention import capture_attention
-from ..utils.plotting import attention_heatmap_figure, save_figure
+from ..tasks.protocols import AttentionSample, AttentionSource, RendersAttention
+from ..utils.plotting import attention_heatmap_figure, file_stem, save_figure
+from .media import log_image, run_dir
 
 __all__ = ["AttentionMapCallback"]
 
@@ -78,7 +67,8 @@ class AttentionMapCallback(L.Callback):
 
     Args:
         every_n_epochs: draw after the validation of every N-th epoch (epochs 0-based: N-1, 2N-1, ...).
-        max_tokens: keep the first ``max_tokens`` queries and keys of each map (and of the labels).
+        max_tokens: keep the first ``max_tokens`` queries and keys of each map (and of the labels); the language
+            model's sample is this long.
         max_layers: draw at most this many attention modules (sorted by name); None: all.
         max_heads: at most this many heads per figure.
         dirname: folder under ``trainer.default_root_dir`` (the Hydra run dir in this repo's train config).
@@ -120,25 +110,8 @@ class AttentionMapCallback(L.Callback):
         )
 
     def _out_dir(self, trainer: L.Trainer) -> Path:
-        root = Path(self.dirpath) if self.dirpath is not None else Path(trainer.default_root_dir) / self.dirname
+        root = Path(self.dirpath) if self.dirpath is not None else run_dir(trainer) / self.dirname
         return root / f"epoch{trainer.current_epoch:03d}-step{trainer.global_step:06d}"
-
-    @staticmethod
-    def _parse_sample(sample: Any) -> tuple[dict, Sequence[str] | None, Sequence[str] | None, dict]:
-        if isinstance(sample, dict) and "inputs" in sample:
-            return sample["inputs"], sample.get("y_labels"), sample.get("x_labels"), dict(sample.get("labels") or {})
-        if isinstance(sample, (tuple, list)) and len(sample) == 3:
-            inputs, q_labels, k_labels = sample
-            return inputs, q_labels, k_labels, {}
-        raise TypeError(
-            "attention_sample() must return (batch_kwargs, query_labels, key_labels) or a dict with 'inputs'; "
-            f"got {type(sample).__name__}"
-        )
-
-    @staticmethod
-    def _labels_for(name: str, default: tuple, per_prefix: dict) -> tuple:
-        matches = [p for p in per_prefix if name.startswith(p)]
-        return tuple(per_prefix[max(matches, key=len)]) if matches else default
 
     def _fit(self, labels: Sequence[str] | None, n: int) -> list[str] | None:
         if labels is None:
@@ -150,10 +123,11 @@ class AttentionMapCallback(L.Callback):
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self._should_run(trainer):
             return
-        if not callable(getattr(pl_module, "attention_sample", None)):
+        if not isinstance(pl_module, AttentionSource):
             self._warn_once(
                 "no_sample",
-                f"AttentionMapCallback: {type(pl_module).__name__} has no `attention_sample()`; no attention maps "
+                f"AttentionMapCallback: {type(pl_module).__name__} has no `attention_sample()` and "
+                "`attention_forward()`; no attention maps "
                 "will be drawn (see attnlab.callbacks.attention_maps for the protocol).",
             )
             return
@@ -161,18 +135,19 @@ class AttentionMapCallback(L.Callback):
 
     def render(self, trainer: L.Trainer, pl_module: L.LightningModule) -> list[Path]:
         """Run the sample, draw, save and log the maps now; returns the written paths."""
-        sample = pl_module.attention_sample()
+        sample = pl_module.attention_sample(self.max_tokens)
         if sample is None:  # the module says it has no attention to draw
             return []
-        inputs, q_labels, k_labels, per_prefix = self._parse_sample(sample)
-        inputs = move_data_to_device(inputs, pl_module.device)
-        forward = getattr(pl_module, "attention_forward", None) or pl_module
+        if not isinstance(sample, AttentionSample):
+            raise TypeError(f"{type(pl_module).__name__}.attention_sample() must return an AttentionSample or None, "
+                            f"got {type(sample).__name__}")
+        inputs = move_data_to_device(sample.inputs, pl_module.device)
 
         modes = {m: m.training for m in pl_module.modules()}
         pl_module.eval()
         try:
             with torch.no_grad(), trainer.precision_plugin.forward_context(), capture_attention(pl_module) as maps:
-                forward(**inputs)
+                pl_module.attention_forward(**inputs)
         finally:
             for m, mode in modes.items():
                 m.training = mode
@@ -186,10 +161,13 @@ class AttentionMapCallback(L.Callback):
             return []
 
         out_dir = self._out_dir(trainer)
-        wandb_loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
-        custom = getattr(pl_module, "render_attention", None)
-        if callable(custom):
-            return self._log_custom(trainer, custom(dict(maps), out_dir), wandb_loggers)
+        if isinstance(pl_module, RendersAttention):
+            paths = []
+            for key, fig in pl_module.render_attention(dict(maps), sample):
+                paths.append(save_figure(fig, out_dir / f"{file_stem(key)}.png"))
+                del fig
+                log_image(trainer, f"attention/{key}", paths[-1])
+            return paths
 
         names = sorted(maps)
         if self.max_layers is not None:
@@ -197,7 +175,7 @@ class AttentionMapCallback(L.Callback):
         paths: list[Path] = []
         for name in names:
             w = maps[name][0, :, : self.max_tokens, : self.max_tokens]  # first sample: (H, Tq, Tk)
-            yl, xl = self._labels_for(name, (q_labels, k_labels), per_prefix)
+            yl, xl = sample.labels_for(name)
             fig = attention_heatmap_figure(
                 w,
                 x_labels=self._fit(xl, w.shape[-1]),
@@ -205,25 +183,8 @@ class AttentionMapCallback(L.Callback):
                 title=f"{name} — epoch {trainer.current_epoch}, step {trainer.global_step}",
                 max_heads=self.max_heads,
             )
-            safe = re.sub(r"[^\w.\-]+", "_", name) or "attention"
-            path = save_figure(fig, out_dir / f"{safe}.png")
+            path = save_figure(fig, out_dir / f"{file_stem(name)}.png")
             del fig
             paths.append(path)
-            _log_image(trainer, wandb_loggers, f"attention/{name}", path)
+            log_image(trainer, f"attention/{name}", path)
         return paths
-
-    @staticmethod
-    def _log_custom(trainer: L.Trainer, rendered, wandb_loggers: list) -> list[Path]:
-        """Log the ``(key, png path)`` pairs a module's ``render_attention`` returned; return the paths."""
-        paths: list[Path] = []
-        for key, path in rendered or []:
-            path = Path(path)
-            paths.append(path)
-            _log_image(trainer, wandb_loggers, f"attention/{key}", path)
-        return paths
-
-
-def _log_image(trainer: L.Trainer, wandb_loggers: list, key: str, path: Path) -> None:
-    for lg in wandb_loggers:
-        lg.log_image(key=key, images=[str(path)], step=trainer.global_step,
-                     caption=[f"epoch {trainer.current_epoch}, step {trainer.global_step}"])

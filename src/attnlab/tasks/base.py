@@ -1,5 +1,9 @@
 """What every task (LightningModule) shares: building its net from config, AdamW with weight-decay groups, a
-warm-up + cosine schedule stepped per optimizer step, and the MoE auxiliary losses.
+warm-up + cosine schedule stepped per optimizer step, and one template step that adds the MoE auxiliary losses.
+
+A task implements :meth:`Task.step` (one batch -> :class:`~attnlab.tasks.protocols.StepOutput`: its loss and
+metrics) and, where val/test also decode, :meth:`Task.generate_step`; the base task's training/validation/test
+steps call them, add the MoE terms to the training loss and log everything under the same names for every family.
 
 Tasks receive *configs* (plain dicts with ``_target_``), not built modules, and call ``save_hyperparameters()``:
 a checkpoint then rebuilds its own model (``Task.load_from_checkpoint(path)``) with no Hydra run around it.
@@ -19,6 +23,7 @@ from torch import Tensor, nn
 
 from ..checkpoint_upgrade import upgrade_net_config, upgrade_state_dict
 from ..modules.moe import expert_fractions, moe_losses
+from .protocols import StepOutput
 
 
 def to_container(cfg: Any) -> Any:
@@ -135,15 +140,58 @@ class Task(L.LightningModule):
             opt, lambda step: warmup_cosine(step, s["warmup_steps"], total, s["min_lr_ratio"]))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
-    def add_moe_losses(self, loss: Tensor, stage: str) -> Tensor:
-        """Add the MoE auxiliary losses (if any) to the task loss; log them and the experts' load."""
+    # --- the template step -------------------------------------------------------------------------------------
+    # Stages whose MoE terms are logged (copy_test, the translation's second test set, is not: same weights).
+    MOE_STAGES = ("train", "val", "test")
+
+    def step(self, batch: Any, stage: str) -> StepOutput:
+        """The task's loss and metrics of one batch; ``stage`` is train, val, test (or a task's own test stage).
+        Called once per batch, right after which the base reads the MoE layers' auxiliary losses, so a val/test
+        pass that runs the net again (decoding) belongs in :meth:`generate_step`."""
+        raise NotImplementedError
+
+    def generate_step(self, batch: Any, batch_idx: int, stage: str) -> None:
+        """Val/test work after :meth:`step`: metrics of generated outputs (translation, free-running speech)."""
+
+    def test_stage(self, dataloader_idx: int) -> str:
+        """The stage name of a test dataloader (a task with several test sets names them)."""
+        return "test"
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        out = self._run_step(batch, "train")
+        aux = self._moe_terms("train")
+        return out.loss + aux if aux is not None else out.loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._eval_step(batch, batch_idx, "val")
+
+    def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval_step(batch, batch_idx, self.test_stage(dataloader_idx))
+
+    def _eval_step(self, batch: Any, batch_idx: int, stage: str) -> None:
+        self._run_step(batch, stage)
+        if stage in self.MOE_STAGES:
+            self._moe_terms(stage)
+        self.generate_step(batch, batch_idx, stage)
+
+    def _run_step(self, batch: Any, stage: str) -> StepOutput:
+        out = self.step(batch, stage)
+        train = stage == "train"
+        for name, value in out.metrics.items():
+            self.log(f"{stage}/{name}", value, on_step=train, on_epoch=not train, prog_bar=name in out.prog_bar,
+                     batch_size=out.batch_size, add_dataloader_idx=False)
+        return out
+
+    def _moe_terms(self, stage: str) -> Tensor | None:
+        """The MoE layers' weighted auxiliary loss of the last forward (None for a dense net), logged with its
+        parts (``<stage>/moe/loss``, ``load_balance``, ``z_loss``) and, in training, each expert's share."""
         aux = moe_losses(self.net)
         if not aux:
-            return loss
+            return None
         for k, v in aux.items():
             self.log(f"{stage}/{k}", v, on_step=stage == "train", on_epoch=stage != "train")
         if stage == "train":
             fractions = expert_fractions(self.net).mean(dim=0)  # (E,) averaged over layers
             for e, f in enumerate(fractions):
                 self.log(f"moe/expert_{e}_fraction", f, on_step=True, on_epoch=False)
-        return loss + aux["moe/loss"]
+        return aux["moe/loss"]

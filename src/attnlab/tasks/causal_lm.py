@@ -10,6 +10,7 @@ from torchmetrics import MeanMetric
 from ..decoding import CausalLMStepper, generate
 from ..modules.loss import linear_cross_entropy
 from .base import Task
+from .protocols import AttentionSample, StepOutput
 
 
 def lm_loss(net, ids: Tensor, labels: Tensor) -> Tensor:
@@ -27,9 +28,8 @@ def lm_loss(net, ids: Tensor, labels: Tensor) -> Tensor:
 class CausalLMTask(Task):
     """Wraps a :class:`~attnlab.models.causal_lm.CausalLM` built from ``net`` (a config with ``_target_``)."""
 
-    def __init__(self, net, optimizer=None, scheduler=None, compile: bool = False, attention_tokens: int = 32):
+    def __init__(self, net, optimizer=None, scheduler=None, compile: bool = False):
         super().__init__(net, optimizer, scheduler, compile)
-        self.attention_tokens = attention_tokens
         # Mean token-level NLL over the epoch; exp of it is the corpus perplexity. (torchmetrics' Perplexity
         # would recompute log-softmax over B·T·V logits a second time; the loss already holds that number.)
         self.val_nll, self.test_nll = MeanMetric(), MeanMetric()
@@ -43,24 +43,13 @@ class CausalLMTask(Task):
         logits = self(batch["input_ids"])  # compiled: let the compiler see the whole graph
         return F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten())
 
-    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+    def step(self, batch: dict, stage: str) -> StepOutput:
         nll = self._nll(batch)
-        loss = self.add_moe_losses(nll, "train")
-        self.log("train/loss", nll, on_step=True, prog_bar=True)
-        self.log("train/ppl", torch.exp(nll.detach()), on_step=True)
-        return loss
-
-    def _eval_step(self, batch: dict, stage: str, metric: MeanMetric) -> None:
-        nll = self._nll(batch)
-        self.add_moe_losses(nll, stage)
+        if stage == "train":
+            return StepOutput(nll, {"loss": nll, "ppl": torch.exp(nll.detach())})
+        metric = getattr(self, f"{stage}_nll")
         metric.update(nll, weight=batch["labels"].numel())
-        self.log(f"{stage}/loss", metric, on_epoch=True, prog_bar=True)
-
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, "val", self.val_nll)
-
-    def test_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, "test", self.test_nll)
+        return StepOutput(nll, {"loss": metric})
 
     def on_validation_epoch_end(self) -> None:
         # the metric is already reduced over ranks; sync_dist only silences Lightning's warning
@@ -77,11 +66,12 @@ class CausalLMTask(Task):
         return self.net.flops_per_token(self.trainer.datamodule.hparams.seq_len) if self._trainer else \
             self.net.flops_per_token(self.net.max_len)
 
-    def attention_sample(self):
+    def attention_sample(self, max_tokens: int) -> AttentionSample:
+        """The start of the datamodule's fixed validation text, as long as the callback draws."""
         dm = self.trainer.datamodule
-        ids = dm.example_text(self.attention_tokens).to(self.device)
+        ids = dm.example_text(min(max_tokens, self.net.max_len))
         labels = [dm.tokenizer.id_to_token(int(i)) for i in ids[0]]
-        return {"ids": ids}, labels, labels
+        return AttentionSample({"ids": ids}, labels, labels)
 
     def attention_forward(self, ids: Tensor) -> Tensor:
         return self.net(ids)

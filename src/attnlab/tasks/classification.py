@@ -1,7 +1,7 @@
 """Cross-entropy classification steps shared by the image (ViT) and sequence classifiers: loss, accuracy, MoE terms.
 
 A subclass names its input (``input_key``: ``"image"``, ``"input_ids"``) and adds what is its own (confusion
-matrices, accuracy by distance) by extending :meth:`_eval_step`, which returns the predictions.
+matrices, accuracy by distance) in :meth:`update_eval_metrics`, which receives each val/test batch's predictions.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from .base import Task
+from .protocols import StepOutput
 
 
 class ClassificationTask(Task):
@@ -33,28 +34,19 @@ class ClassificationTask(Task):
     def forward(self, inputs: Tensor) -> Tensor:
         return self._forward(inputs)
 
-    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+    def step(self, batch: dict, stage: str) -> StepOutput:
         logits = self(batch[self.input_key])
-        ce = F.cross_entropy(logits, batch["label"], label_smoothing=self.label_smoothing)
-        self.log("train/loss", ce, on_step=True, prog_bar=True)
-        self.log("train/acc", (logits.detach().argmax(-1) == batch["label"]).float().mean(), on_step=True)
-        return self.add_moe_losses(ce, "train")
-
-    def _eval_step(self, batch: dict, stage: str) -> Tensor:
-        """Loss and accuracy of a val/test batch, logged per epoch; returns the predicted classes (B,)."""
-        logits = self(batch[self.input_key])
+        if stage == "train":
+            ce = F.cross_entropy(logits, batch["label"], label_smoothing=self.label_smoothing)
+            acc = (logits.detach().argmax(-1) == batch["label"]).float().mean()
+            return StepOutput(ce, {"loss": ce, "acc": acc})
         loss = F.cross_entropy(logits, batch["label"])
-        self.add_moe_losses(loss, stage)
         preds = logits.argmax(dim=-1)
         mean_loss, acc = getattr(self, f"{stage}_loss"), getattr(self, f"{stage}_acc")
         mean_loss.update(loss, weight=len(batch["label"]))
         acc.update(preds, batch["label"])
-        self.log(f"{stage}/loss", mean_loss, on_epoch=True, prog_bar=True)
-        self.log(f"{stage}/acc", acc, on_epoch=True, prog_bar=True)
-        return preds
+        self.update_eval_metrics(batch, preds, stage)
+        return StepOutput(loss, {"loss": mean_loss, "acc": acc}, prog_bar=("loss", "acc"))
 
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, "val")
-
-    def test_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, "test")
+    def update_eval_metrics(self, batch: dict, preds: Tensor, stage: str) -> None:
+        """A subclass's own val/test metrics of a batch's predicted classes (B,)."""

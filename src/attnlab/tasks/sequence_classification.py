@@ -1,23 +1,21 @@
 """Sequence classification (claim E7: RNN vs CNN vs self-attention): cross-entropy, accuracy, accuracy per distance.
 
 Batches are ``{"input_ids": (B, T), "label": (B,)}`` and, optionally, ``"distance": (B,)``: how far the evidence for
-the label sits from the readout position (:mod:`attnlab.data.needle_recall`). With distances, the test writes
-``<run dir>/test_by_distance.json``: the test accuracy at every distance, next to the encoder's size, receptive field
-and sequential steps, for the claim's analysis.
+the label sits from the readout position (:mod:`attnlab.data.needle_recall`). With distances, the test's
+:meth:`~SequenceClassificationTask.distance_record` holds the test accuracy at every distance, next to the encoder's
+size, receptive field and sequential steps; :mod:`attnlab.callbacks.accuracy_by_distance` writes it to
+``<run dir>/test_by_distance.json`` for the claim's analysis.
 """
 
 from __future__ import annotations
-
-import json
-import re
-from pathlib import Path
 
 import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ..utils.plotting import new_figure, save_figure
+from ..utils.plotting import layer_order, new_figure
 from .classification import ClassificationTask
+from .protocols import AttentionFigure, AttentionSample, DistanceRecord
 
 
 class AccuracyByDistance(Metric):
@@ -43,40 +41,38 @@ class SequenceClassificationTask(ClassificationTask):
 
     Args:
         label_smoothing: cross-entropy label smoothing (training loss only).
-        attention_tokens: ignored; ``debug=fast`` sets it for every model (the language model's sample length).
     """
 
     input_key = "input_ids"
 
-    def __init__(self, net, optimizer=None, scheduler=None, compile: bool = False, label_smoothing: float = 0.0,
-                 attention_tokens: int | None = None):
+    def __init__(self, net, optimizer=None, scheduler=None, compile: bool = False, label_smoothing: float = 0.0):
         super().__init__(net, optimizer, scheduler, compile, label_smoothing)
         self.test_by_distance = AccuracyByDistance(self.net.max_len)
-        self.by_distance_path: Path | None = None
+        self._distance_record: DistanceRecord | None = None
         self._sample: dict[str, Tensor] | None = None
 
-    def test_step(self, batch: dict, batch_idx: int) -> None:
-        preds = self._eval_step(batch, "test")
-        if "distance" in batch:
+    def update_eval_metrics(self, batch: dict, preds: Tensor, stage: str) -> None:
+        if stage == "test" and "distance" in batch:
             self.test_by_distance.update(preds, batch["label"], batch["distance"])
 
     def on_test_epoch_end(self) -> None:
         correct, total = (t.cpu() for t in self.test_by_distance.compute())  # every rank: it syncs
         self.test_by_distance.reset()
-        trainer = self._trainer
-        if trainer is None or not trainer.is_global_zero or int(total.sum()) == 0:
+        if int(total.sum()) == 0:
+            self._distance_record = None
             return
         net = self.net
         seen = total.nonzero().flatten().tolist()
-        record = {
+        self._distance_record = {
             "encoder": net.encoder_kind, "seq_len": net.max_len, "num_classes": net.num_classes,
             "params": net.num_params(non_embedding=False), "receptive_field": net.receptive_field,
-            "sequential_steps": net.sequential_steps, "global_step": trainer.global_step,
+            "sequential_steps": net.sequential_steps, "global_step": self.global_step,
             "distance": seen, "correct": [int(correct[d]) for d in seen], "total": [int(total[d]) for d in seen],
         }
-        self.by_distance_path = Path(trainer.default_root_dir) / "test_by_distance.json"
-        self.by_distance_path.parent.mkdir(parents=True, exist_ok=True)
-        self.by_distance_path.write_text(json.dumps(record) + "\n")
+
+    def distance_record(self) -> DistanceRecord | None:
+        """The last test's accuracy per distance (None: no test yet, or a test set without distances)."""
+        return self._distance_record
 
     # --- protocols used by callbacks (throughput, attention maps) ---------------------------------------------
     def tokens_in_batch(self, batch: dict) -> int:
@@ -85,7 +81,7 @@ class SequenceClassificationTask(ClassificationTask):
     def flops_per_token(self, seq_len: int) -> float:
         return self.net.flops_per_token(seq_len)
 
-    def attention_sample(self):
+    def attention_sample(self, max_tokens: int) -> AttentionSample | None:
         """The datamodule's fixed validation sequence, or None (nothing to draw) for the RNN and CNN encoders."""
         if self.net.encoder_kind != "attention":
             return None
@@ -96,16 +92,19 @@ class SequenceClassificationTask(ClassificationTask):
                 return None
         ids = self._sample["input_ids"]
         names = dm.token_names(ids[0]) if hasattr(dm, "token_names") else [str(int(i)) for i in ids[0]]
-        return {"inputs": ids}, names, names
+        return AttentionSample({"ids": ids}, names, names)
 
-    def render_attention(self, maps: dict[str, Tensor], out_dir: Path) -> list[tuple[str, Path]]:
+    def attention_forward(self, ids: Tensor) -> Tensor:
+        return self.net(ids)
+
+    def render_attention(self, maps: dict[str, Tensor], sample: AttentionSample) -> list[AttentionFigure]:
         """One figure, ``query_attention.png``: for every layer (rows), each head's attention from the readout
         position (the last one, where the question is) over the sequence, the answer's position marked."""
-        names = sorted(maps, key=lambda n: tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", n)))
-        sample = self._sample or {}
+        names = sorted(maps, key=layer_order)
+        example = self._sample or {}
         answer = None
-        if "distance" in sample:
-            answer = sample["input_ids"].shape[1] - 1 - int(sample["distance"][0])
+        if "distance" in example:
+            answer = example["input_ids"].shape[1] - 1 - int(example["distance"][0])
         fig = new_figure(figsize=(9, 1.1 + 1.3 * len(names)))
         axes = fig.subplots(len(names), 1, squeeze=False)[:, 0]
         for ax, name in zip(axes, names):
@@ -119,6 +118,4 @@ class SequenceClassificationTask(ClassificationTask):
         fig.suptitle(f"attention of the last position — epoch {self.current_epoch}, step {self.global_step}",
                      fontsize=9)
         fig.tight_layout()
-        path = save_figure(fig, Path(out_dir) / "query_attention.png")
-        del fig
-        return [("query_attention", path)]
+        return [AttentionFigure("query_attention", fig)]

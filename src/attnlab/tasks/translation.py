@@ -15,9 +15,10 @@ for log-probs alike: log-softmax leaves normalized log-probs unchanged), MoE aux
 
 Validation / test: the plain loss (no smoothing), then the model *translates* the batch (greedy or beam search,
 ``decoding.val`` / ``decoding.test``) and BLEU, chrF (sacrebleu's definitions, via torchmetrics), exact match
-and exact match per source-length bucket are computed on detokenized text. Each validation also writes a table
-of a few fixed sentences (source / reference / hypothesis) to W&B and to ``<run>/translations/``, and the
-attention-map callback draws encoder, decoder and cross-attention maps of one fixed pair. With
+and exact match per source-length bucket are computed on detokenized text. After each validation the
+translation-table callback writes a few fixed sentences (:meth:`TranslationTask.translation_table`: source /
+reference / hypothesis) to W&B and to ``<run>/translations/``, and the attention-map callback draws encoder,
+decoder and cross-attention maps of one fixed pair. With
 ``data.copy_names=true`` testing also covers the copy_test split (names never seen in training, claim E15):
 ``copy_test/*`` metrics and ``copy_test/name_copied``, the share of outputs that contain the source's name.
 """
@@ -27,11 +28,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.loggers import WandbLogger
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
@@ -41,6 +40,7 @@ from ..decoding.scheduled_sampling import SamplingSchedule, mix_predictions
 from ..metrics.translation import TranslationMetrics
 from ..modules.attention import is_attention_module
 from .base import Task, to_container
+from .protocols import AttentionSample, StepOutput, TranslationRow
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +63,11 @@ class TranslationTask(Task):
     decoding: ``{"val": {...}, "test": {...}}`` with ``beam_size``, ``length_penalty``, ``max_len_a``,
         ``max_len_b`` (max new tokens = a · source length + b), ``n_best``.
     decode_val_batches: translate only the first N validation batches (None: all); the loss uses all.
-    table_size: sentences in the per-validation translation table.
-    attention_tokens: ignored (``debug=fast`` sets it for every model).
     """
 
     def __init__(self, net, optimizer=None, scheduler=None, compile: bool = False, label_smoothing: float = 0.1,
                  scheduled_sampling: dict | None = None, decoding: dict | None = None,
-                 decode_val_batches: int | None = None, table_size: int = 8, attention_tokens: int | None = None):
+                 decode_val_batches: int | None = None):
         super().__init__(net, optimizer, scheduler, compile)
         self.label_smoothing = label_smoothing
         self.sampling = SamplingSchedule(**(to_container(scheduled_sampling) or {}))
@@ -79,13 +77,11 @@ class TranslationTask(Task):
             raise ValueError(f"decoding has keys val and test only, got {sorted(unknown)}")
         self.decoding = {s: {**DEFAULT_DECODING, **(decoding.get(s) or {})} for s in ("val", "test")}
         self.decode_val_batches = decode_val_batches
-        self.table_size = table_size
         self.losses = nn.ModuleDict({s: MeanMetric() for s in STAGES})
         self.name_copied = MeanMetric()  # copy_test: the held-out name appears in the translation
         self.tokenizer: BPETokenizer | None = None
         self.bucket_names: list[str] = []
         self.src_eos = True
-        self.last_table: list[tuple[str, str, str]] = []
         self._decode_time, self._decoded = dict.fromkeys(STAGES, 0.0), dict.fromkeys(STAGES, 0)
 
     # --- setup: the data decides tokenizer and buckets ----------------------------------------------------------
@@ -122,7 +118,13 @@ class TranslationTask(Task):
         return F.cross_entropy(scores.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=PAD_ID,
                                label_smoothing=smoothing)
 
-    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+    def step(self, batch: dict, stage: str) -> StepOutput:
+        if stage != "train":  # the plain loss (no smoothing), reduced per token over the epoch and the ranks
+            scores = self(batch["src"], batch["src_mask"], batch["tgt_in"])
+            loss = self._loss(scores, batch["tgt_out"], 0.0)
+            self.losses[stage].update(loss, weight=batch["tgt_mask"].sum())
+            return StepOutput(loss, {"loss": self.losses[stage]}, ("loss",) if stage == "val" else (),
+                              batch_size=len(batch["src"]))
         src, src_mask, tgt_in = batch["src"], batch["src_mask"], batch["tgt_in"]
         ratio = self.sampling.sampling_ratio(self.global_step)
         if getattr(self.net, "per_step_sampling", False):
@@ -134,11 +136,10 @@ class TranslationTask(Task):
                 tgt_in = mix_predictions(tgt_in, first, ratio, batch["tgt_mask"])
             scores = self(src, src_mask, tgt_in)
         loss = self._loss(scores, batch["tgt_out"], self.label_smoothing)
-        n = len(src)
-        self.log("train/loss", loss, on_step=True, prog_bar=True, batch_size=n)
+        metrics = {"loss": loss}
         if self.sampling.schedule != "none":
-            self.log("train/sampling_ratio", ratio, on_step=True, batch_size=n)
-        return self.add_moe_losses(loss, "train")
+            metrics["sampling_ratio"] = ratio
+        return StepOutput(loss, metrics, batch_size=len(src))
 
     # --- translation --------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -167,14 +168,8 @@ class TranslationTask(Task):
         return [decode_text(self.tokenizer, ids) for ids in result.best], result.logprobs[:, 0]
 
     # --- validation and test ------------------------------------------------------------------------------------
-    def _eval_step(self, batch: dict, batch_idx: int, stage: str) -> None:
-        scores = self(batch["src"], batch["src_mask"], batch["tgt_in"])
-        n_tokens = batch["tgt_mask"].sum()
-        self.losses[stage].update(self._loss(scores, batch["tgt_out"], 0.0), weight=n_tokens)
-        self.log(f"{stage}/loss", self.losses[stage], on_epoch=True, prog_bar=stage == "val",
-                 batch_size=len(batch["src"]), add_dataloader_idx=False)
-        if stage != "copy_test":
-            self.add_moe_losses(scores.new_zeros(()), stage)
+    def generate_step(self, batch: dict, batch_idx: int, stage: str) -> None:
+        """Translate the batch: BLEU, chrF, exact match (per bucket), log-prob, speed; copy_test: names copied."""
         if stage == "val" and self.decode_val_batches is not None and batch_idx >= self.decode_val_batches:
             return
         start = time.perf_counter()
@@ -189,11 +184,8 @@ class TranslationTask(Task):
             self.name_copied.update(torch.tensor([all(n in h.split() for n in ns) for ns, h in zip(names, hyps)],
                                                  dtype=torch.float))
 
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, batch_idx, "val")
-
-    def test_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_step(batch, batch_idx, "copy_test" if dataloader_idx == 1 else "test")
+    def test_stage(self, dataloader_idx: int) -> str:
+        return "copy_test" if dataloader_idx == 1 else "test"
 
     def _log_metrics(self, stage: str) -> None:
         metrics = self.metrics[stage]
@@ -209,8 +201,6 @@ class TranslationTask(Task):
 
     def on_validation_epoch_end(self) -> None:
         self._log_metrics("val")
-        if not self.trainer.sanity_checking and self.trainer.is_global_zero:
-            self._log_table()
 
     def on_test_epoch_end(self) -> None:
         self._log_metrics("test")
@@ -219,20 +209,21 @@ class TranslationTask(Task):
             self.log("copy_test/name_copied", self.name_copied.compute())
             self.name_copied.reset()
 
-    def _table_batch(self) -> dict:
+    def _table_batch(self, size: int) -> dict:
         """A few validation pairs spread over the (length-sorted) split, the same ones every time."""
         from ..data.translation_datamodule import collate
 
         ds = self.trainer.datamodule.val_dataset
-        n = min(self.table_size, len(ds))
+        n = min(size, len(ds))
         order = sorted(range(len(ds)), key=lambda i: (int(ds.src_lens[i]), i))
         picks = [order[round(j * (len(ds) - 1) / max(1, n - 1))] for j in range(n)]
         return collate([ds[i] for i in picks])
 
-    def _log_table(self) -> None:
-        if self.table_size <= 0:
-            return
-        batch = self._table_batch()
+    def translation_table(self, size: int) -> list[TranslationRow]:
+        """``size`` fixed validation sentences and their translations by the current weights (``decoding.val``)."""
+        if size <= 0:
+            return []
+        batch = self._table_batch(size)
         was_training = self.net.training
         self.net.eval()
         try:
@@ -240,21 +231,15 @@ class TranslationTask(Task):
                                            **self.decoding["val"])
         finally:
             self.net.train(was_training)
-        self.last_table = list(zip(batch["src_text"], batch["tgt_text"], hyps))
-        out = Path(self.trainer.default_root_dir) / "translations" / (
-            f"epoch{self.current_epoch:03d}-step{self.global_step:06d}.tsv")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("source\treference\thypothesis\n" + "".join("\t".join(r) + "\n" for r in self.last_table))
-        for lg in self.trainer.loggers:
-            if isinstance(lg, WandbLogger):
-                lg.log_table(key="val/translations", columns=["source", "reference", "hypothesis"],
-                             data=[list(r) for r in self.last_table], step=self.global_step)
+        return [TranslationRow(*r) for r in zip(batch["src_text"], batch["tgt_text"], hyps)]
 
     # --- protocols used by callbacks (attention maps, throughput) -----------------------------------------------
     def tokens_in_batch(self, batch: dict) -> int:
         return batch["src"].numel() + batch["tgt_in"].numel()
 
-    def attention_sample(self) -> dict:
+    def attention_sample(self, max_tokens: int) -> AttentionSample:
+        """The datamodule's fixed pair: encoder maps are named by source tokens, decoder maps by target tokens,
+        cross-attention maps by both."""
         pair = self.trainer.datamodule.example_pair()
         tok = self.tokenizer
         src = [tok.id_to_token(int(i)) for i in pair["src"][0]]
@@ -264,7 +249,7 @@ class TranslationTask(Task):
             if "cross_attn" in name and is_attention_module(m):
                 labels[name] = (tgt, src)
         inputs = {"src": pair["src"], "src_mask": pair["src_mask"], "tgt_in": pair["tgt_in"]}
-        return {"inputs": inputs, "y_labels": tgt, "x_labels": src, "labels": labels}
+        return AttentionSample(inputs, queries=tgt, keys=src, labels=labels)
 
     def attention_forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
         return self.net(src, src_mask, tgt_in)

@@ -14,27 +14,38 @@ from torch import Tensor
 
 from ..data.tokenizer import EOS_ID
 from ..decoding.beam import BeamResult
+from .protocols import StepOutput
 from .translation import TranslationTask
 
 
 class NATTranslationTask(TranslationTask):
-    def __init__(self, *args, length_loss_weight: float = 0.1, length_scale: float = 1.0, **kwargs):
-        super().__init__(*args, **kwargs)
+    """Args: those of :class:`TranslationTask` (no scheduled sampling), and
+    length_loss_weight: weight of the length classifier's cross-entropy in the training loss.
+    length_scale: multiplies every predicted length at inference.
+    """
+
+    # The arguments are spelled out (no **kwargs): Lightning then passes a checkpoint only the hyper-parameters
+    # this class takes, so checkpoints saved with retired arguments (attention_tokens, table_size) still load.
+    def __init__(self, net, optimizer=None, scheduler=None, compile: bool = False, label_smoothing: float = 0.1,
+                 scheduled_sampling: dict | None = None, decoding: dict | None = None,
+                 decode_val_batches: int | None = None, length_loss_weight: float = 0.1, length_scale: float = 1.0):
+        super().__init__(net, optimizer, scheduler, compile, label_smoothing, scheduled_sampling, decoding,
+                         decode_val_batches)
         if self.sampling.schedule != "none":
             raise ValueError("scheduled sampling needs an autoregressive decoder; model=transformer_nat has none")
         self.length_loss_weight, self.length_scale = length_loss_weight, length_scale
 
-    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+    def step(self, batch: dict, stage: str) -> StepOutput:
+        if stage != "train":
+            return super().step(batch, stage)
         scores, length_logits, length_target = self.net.forward_with_length(
             batch["src"], batch["src_mask"], batch["tgt_in"])
         token_loss = self._loss(scores, batch["tgt_out"], self.label_smoothing)
         length_loss = F.cross_entropy(length_logits.float(), length_target)
-        n = len(batch["src"])
-        self.log("train/loss", token_loss, on_step=True, prog_bar=True, batch_size=n)
-        self.log("train/length_loss", length_loss, on_step=True, batch_size=n)
-        self.log("train/length_acc", (length_logits.argmax(-1) == length_target).float().mean(), on_step=True,
-                 batch_size=n)
-        return self.add_moe_losses(token_loss + self.length_loss_weight * length_loss, "train")
+        length_acc = (length_logits.argmax(-1) == length_target).float().mean()
+        return StepOutput(token_loss + self.length_loss_weight * length_loss,
+                          {"loss": token_loss, "length_loss": length_loss, "length_acc": length_acc},
+                          batch_size=len(batch["src"]))
 
     @torch.no_grad()
     def translate_batch(self, src: Tensor, src_mask: Tensor, *, beam_size: int = 1, length_penalty: float = 1.0,

@@ -14,28 +14,26 @@ Logged (stage = train / val / test):
   :func:`~attnlab.modules.guided_attention.skips_and_repeats`), ``stop_rate`` (share that stopped before the
   maximum length), ``length_ratio`` (generated / true frames).
 
-Every validation also writes ``<run dir>/tts_samples/epochNNN.{png,wav}`` (target, teacher-forced and free-running
-mel + the free-running alignment; Griffin-Lim audio of the free-running mel) and logs them to W&B.
+Listening material of one fixed validation utterance (target, teacher-forced and free-running mel, the free-running
+alignment, Griffin-Lim audio of the free-running mel: :meth:`TTSTask.listening_sample`) is written after every
+validation by :mod:`attnlab.callbacks.tts_samples` to ``<run dir>/tts_samples/`` and W&B.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.loggers import WandbLogger
 from torch import Tensor
 
 from ..audio.features import MelConfig, MelExtractor
-from ..audio.wav import write_wav
 from ..data.characters import CharVocab
 from ..decoding.tts import generate_mel
 from ..modules.guided_attention import diagonal_rate, focus_rate, guided_attention_loss, skips_and_repeats
-from ..utils.plotting import attention_heatmap_figure, save_figure
+from ..utils.plotting import attention_heatmap_figure
 from .base import Task
+from .protocols import AttentionFigure, AttentionSample, ListeningSample, StepOutput
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +52,12 @@ class TTSTask(Task):
         mel: the feature settings (``${data.mel}``), kept in the checkpoint for synthesis.
         free_running_samples: utterances decoded free-running at each val/test (alignment metrics).
         max_frames_per_char: free-running length limit (× characters, + 20 frames).
-        griffin_lim_iters: iterations for the logged audio sample.
-        attention_tokens: ignored (``debug=fast`` sets it for every model).
+        griffin_lim_iters: iterations for the audio of the listening sample.
     """
 
     def __init__(self, net, optimizer=None, scheduler=None, compile: bool = False, guided_attention=None,
                  stop_pos_weight: float = 5.0, mel_loss: str = "l1", mel=None, free_running_samples: int = 4,
-                 max_frames_per_char: float = 12.0, griffin_lim_iters: int = 32, audio_samples: bool = True,
-                 attention_tokens: int | None = None):
+                 max_frames_per_char: float = 12.0, griffin_lim_iters: int = 32):
         super().__init__(net, optimizer, scheduler, compile)
         ga = {"enabled": True, "sigma": 0.4, "weight": 1.0, "layers": [-2, -1], "heads": 2, "half_life": None,
               **(dict(guided_attention) if guided_attention else {})}
@@ -76,9 +72,8 @@ class TTSTask(Task):
         if self.mel_cfg.n_mels != self.net.n_mels:
             raise ValueError(f"data has {self.mel_cfg.n_mels} mel bins, the model {self.net.n_mels}")
         self.free_running_samples, self.max_frames_per_char = free_running_samples, max_frames_per_char
-        self.griffin_lim_iters, self.audio_samples = griffin_lim_iters, audio_samples
+        self.griffin_lim_iters = griffin_lim_iters
         self.vocab = CharVocab()
-        self.sample_paths: list[Path] = []
         self._sample: dict | None = None
 
     # --- losses ---------------------------------------------------------------------------------------------
@@ -115,36 +110,31 @@ class TTSTask(Task):
         return self._forward(text, text_lengths, mel, mel_lengths, attention_layers=self.guided["layers"])
 
     # --- steps ----------------------------------------------------------------------------------------------
-    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
-        with_maps = self.guided["enabled"]
+    def step(self, batch: dict, stage: str) -> StepOutput:
+        train = stage == "train"
+        with_maps = self.guided["enabled"] or not train  # val/test: the alignment metrics read the same maps
+        # The guided layers' cross-attention comes back in out["attention"] (only those layers leave SDPA).
         out = self._forward(batch["text"], batch["text_lengths"], batch["mel"], batch["mel_lengths"],
                             attention_layers=self.guided["layers"] if with_maps else ())
         parts = self.losses(batch, out)
         loss = parts["mel_l1_before"] + parts["mel_l1"] + parts["stop_bce"]
-        if with_maps:
-            guided = guided_attention_loss(self.guided_maps(out), batch["text_lengths"], out["dec_lengths"],
-                                           self.guided["sigma"])
-            self.log("train/guided", guided, on_step=True)
-            loss = loss + self.guided_weight() * guided
-        self.log("train/loss", loss, on_step=True, prog_bar=True)
-        for k in ("mel_l1", "mel_l1_before", "stop_bce", "stop_acc"):
-            self.log(f"train/{k}", parts[k], on_step=True)
-        return self.add_moe_losses(loss, "train")
-
-    def _eval_step(self, batch: dict, batch_idx: int, stage: str) -> None:
-        out = self(batch["text"], batch["text_lengths"], batch["mel"], batch["mel_lengths"])
-        parts = self.losses(batch, out)
-        self.add_moe_losses(parts["mel_l1"], stage)
-        b = batch["text"].shape[0]
-        loss = parts["mel_l1_before"] + parts["mel_l1"] + parts["stop_bce"]
-        kw = dict(on_epoch=True, batch_size=b)
-        self.log(f"{stage}/loss", loss, prog_bar=True, **kw)
-        for k in ("mel_l1", "mel_l1_before", "stop_bce", "stop_acc"):
-            self.log(f"{stage}/{k}", parts[k], prog_bar=k == "mel_l1", **kw)
+        metrics = {k: parts[k] for k in ("mel_l1", "mel_l1_before", "stop_bce", "stop_acc")}
+        if train:
+            if with_maps:
+                guided = guided_attention_loss(self.guided_maps(out), batch["text_lengths"], out["dec_lengths"],
+                                               self.guided["sigma"])
+                metrics["guided"] = guided
+                loss = loss + self.guided_weight() * guided
+            return StepOutput(loss, {"loss": loss, **metrics})
         maps = torch.cat(self.guided_maps(out), dim=1)  # (B, layers·heads, G, N)
         tl, dl = batch["text_lengths"], out["dec_lengths"]
-        self.log(f"{stage}/focus_rate_tf", focus_rate(maps, tl, dl).mean(), **kw)
-        self.log(f"{stage}/diagonal_rate_tf", diagonal_rate(maps, tl, dl).mean(), prog_bar=True, **kw)
+        metrics["focus_rate_tf"] = focus_rate(maps, tl, dl).mean()
+        metrics["diagonal_rate_tf"] = diagonal_rate(maps, tl, dl).mean()
+        # loss: without the guided term, so runs with it on and off compare on the same number
+        return StepOutput(loss, {"loss": loss, **metrics}, ("loss", "mel_l1", "diagonal_rate_tf"),
+                          batch_size=batch["text"].shape[0])
+
+    def generate_step(self, batch: dict, batch_idx: int, stage: str) -> None:
         if batch_idx == 0 and self.free_running_samples > 0:
             self.log_free_running(batch, stage)
 
@@ -169,29 +159,16 @@ class TTSTask(Task):
         self.log(f"{stage}/stop_rate", gen.stopped.float().mean(), **kw)
         self.log(f"{stage}/length_ratio", (gen.lengths.float() / batch["mel_lengths"][:k].float()).mean(), **kw)
 
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, batch_idx, "val")
-
-    def test_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, batch_idx, "test")
-
     # --- listening material -----------------------------------------------------------------------------------
     def _example(self) -> dict:
         if self._sample is None:
             self._sample = self.trainer.datamodule.example("val")
         return {k: v.to(self.device) for k, v in self._sample.items()}
 
-    def on_validation_epoch_end(self) -> None:
-        trainer = self._trainer
-        if trainer is None or trainer.sanity_checking or not trainer.is_global_zero or not self.audio_samples:
-            return
-        self.sample_paths = self.write_samples(Path(trainer.default_root_dir) / "tts_samples",
-                                               f"epoch{self.current_epoch:03d}")
-
     @torch.no_grad()
-    def write_samples(self, out_dir: Path, stem: str) -> list[Path]:
-        from ..utils.tts_plots import alignment_figure, mel_figure
-
+    def listening_sample(self) -> ListeningSample:
+        """The fixed validation utterance: target, teacher-forced and free-running mels, the free-running
+        alignment (mean of the guided heads) and Griffin-Lim audio of the free-running mel."""
         ex = self._example()
         was_training = self.training
         self.eval()
@@ -200,54 +177,34 @@ class TTSTask(Task):
             gen = self.free_running(ex["text"], ex["text_lengths"])
         finally:
             self.train(was_training)
-        text = self.vocab.decode(ex["text"][0])
         t, n = int(ex["mel_lengths"][0]), int(gen.lengths[0])
-        step = f"epoch {self.current_epoch}, step {self.global_step}"
-        fig = mel_figure([ex["mel"][0, :t], tf["mel_after"][0, :t], gen.mel[0, :n]],
-                         ["target", "teacher-forced prediction",
-                          f"free-running ({n} frames{'' if bool(gen.stopped[0]) else ', no stop'})"],
-                         title=f"{text!r} — {step}")
-        mel_png = save_figure(fig, out_dir / f"{stem}_mel.png")
-        del fig
-        align = self.alignment_maps(gen)[0].mean(0)[: int(gen.steps[0])]  # (steps, N)
-        fig = alignment_figure(align, text, title=f"free-running alignment — {step}")
-        align_png = save_figure(fig, out_dir / f"{stem}_alignment.png")
-        del fig
+        mels = [("target", ex["mel"][0, :t]), ("teacher-forced prediction", tf["mel_after"][0, :t]),
+                (f"free-running ({n} frames{'' if bool(gen.stopped[0]) else ', no stop'})", gen.mel[0, :n])]
+        alignment = self.alignment_maps(gen)[0].mean(0)[: int(gen.steps[0])]  # (steps, N)
         wave = MelExtractor(self.mel_cfg).griffin_lim(gen.mel[0, :n].cpu(), n_iter=self.griffin_lim_iters)
-        wav = write_wav(out_dir / f"{stem}.wav", wave, self.mel_cfg.sample_rate)
-        for lg in self.trainer.loggers:
-            if isinstance(lg, WandbLogger):
-                lg.log_image(key="tts/mel", images=[str(mel_png)], step=self.global_step, caption=[text])
-                lg.log_image(key="tts/alignment", images=[str(align_png)], step=self.global_step, caption=[text])
-                lg.log_audio(key="tts/audio", audios=[str(wav)], step=self.global_step, caption=[text],
-                             sample_rate=[self.mel_cfg.sample_rate])
-        return [mel_png, align_png, wav]
+        return ListeningSample(self.vocab.decode(ex["text"][0]), mels, alignment, wave, self.mel_cfg.sample_rate)
 
     # --- protocols used by callbacks ----------------------------------------------------------------------------
     def tokens_in_batch(self, batch: dict):
         """Throughput counts mel frames (perf/tokens_per_sec = frames/s)."""
         return batch["mel_lengths"].sum()
 
-    def attention_sample(self):
+    def attention_sample(self, max_tokens: int) -> AttentionSample:
+        """The fixed validation utterance: characters across, decoder steps (unnamed) down."""
         ex = self._example()
         chars = list(self.vocab.decode(ex["text"][0]))
-        return {"inputs": {k: ex[k] for k in ("text", "text_lengths", "mel", "mel_lengths")},
-                "y_labels": None, "x_labels": chars}
+        return AttentionSample({k: ex[k] for k in ("text", "text_lengths", "mel", "mel_lengths")}, keys=chars)
 
     def attention_forward(self, text, text_lengths, mel, mel_lengths):
         return self.net(text, text_lengths, mel, mel_lengths)
 
-    def render_attention(self, maps: dict[str, Tensor], out_dir: Path) -> list[tuple[str, Path]]:
-        """Teacher-forced cross-attention of every decoder layer, one panel per head: characters across, decoder
-        steps down (a good alignment is a diagonal from top left to bottom right)."""
-        ex = self._example()
-        chars = list(self.vocab.decode(ex["text"][0]))
+    def render_attention(self, maps: dict[str, Tensor], sample: AttentionSample) -> list[AttentionFigure]:
+        """Teacher-forced cross-attention of every decoder layer, one panel per head, uncropped: characters across,
+        decoder steps down (a good alignment is a diagonal from top left to bottom right)."""
         out = []
         for name in sorted(n for n in maps if "cross_attn" in n):
             w = maps[name][0]  # (H, G, N)
-            fig = attention_heatmap_figure(w, x_labels=chars, title=f"{name} — epoch {self.current_epoch}, "
-                                                                     f"step {self.global_step}")
-            safe = re.sub(r"[^\w.\-]+", "_", name)
-            out.append((name, save_figure(fig, Path(out_dir) / f"{safe}.png")))
-            del fig
+            fig = attention_heatmap_figure(w, x_labels=sample.keys, title=f"{name} — epoch {self.current_epoch}, "
+                                                                          f"step {self.global_step}")
+            out.append(AttentionFigure(name, fig))
         return out

@@ -9,6 +9,7 @@ figures can be rendered from any thread. Nothing calls ``plt.show``.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -16,7 +17,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-__all__ = ["attention_heatmap_figure", "save_figure", "figure_to_array", "new_figure", "MAX_LABELED_TOKENS"]
+__all__ = ["attention_heatmap_figure", "save_figure", "figure_to_array", "new_figure", "file_stem", "layer_order",
+           "MAX_LABELED_TOKENS"]
 
 #: Above this many tokens on an axis, tick labels are left out (they would be unreadable).
 MAX_LABELED_TOKENS = 64
@@ -126,6 +128,16 @@ def attention_heatmap_figure(
     if title or suffix:
         fig.suptitle(f"{title}{suffix}", fontsize=10)
     return fig
+
+
+def file_stem(name: str) -> str:
+    """A file name for a module name or key: characters other than letters, digits, ``.``, ``-``, ``_`` -> ``_``."""
+    return re.sub(r"[^\w.\-]+", "_", name) or "attention"
+
+
+def layer_order(name: str) -> tuple:
+    """Sort key of module names that puts ``blocks.10`` after ``blocks.2``."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
 def save_figure(fig: Figure, path: str | Path, dpi: float = 100) -> Path:
