@@ -12,7 +12,6 @@ from attnlab.modules.positional import (
     LearnedPositions,
     RotaryEmbedding,
     SinusoidalPositions,
-    build_additive_positions,
     sinusoidal_table,
 )
 
@@ -97,12 +96,3 @@ def test_learned_table_shape_and_range():
         mod(5, offset=8)
     with pytest.raises(ValueError):
         mod(13)
-
-
-def test_builder_kinds():
-    assert isinstance(build_additive_positions("sinusoidal", 8, 4), SinusoidalPositions)
-    assert isinstance(build_additive_positions("learned", 8, 4), LearnedPositions)
-    assert build_additive_positions("rotary", 8, 4) is None
-    assert build_additive_positions("none", 8, 4) is None
-    with pytest.raises(ValueError, match="unknown position kind"):
-        build_additive_positions("alibi", 8, 4)

@@ -56,6 +56,7 @@ from lightning.pytorch.utilities import move_data_to_device, rank_zero_warn
 
 from ..modules.attention import capture_attention
 from ..tasks.protocols import AttentionSample, AttentionSource, RendersAttention
+from ..utils.config import at_least
 from ..utils.plotting import attention_heatmap_figure, file_stem, save_figure
 from .media import log_image, run_dir
 
@@ -85,8 +86,7 @@ class AttentionMapCallback(L.Callback):
         dirpath: str | Path | None = None,
     ):
         super().__init__()
-        if every_n_epochs < 1:
-            raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
+        at_least("every_n_epochs", every_n_epochs, 1)
         self.every_n_epochs = every_n_epochs
         self.max_tokens = max_tokens
         self.max_layers = max_layers

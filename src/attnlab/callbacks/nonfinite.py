@@ -79,6 +79,7 @@ import torch
 from torch import Tensor
 
 from ..errors import NonFiniteLossError  # noqa: F401  (raised here; defined without Lightning for train.py)
+from ..utils.config import at_least
 
 __all__ = ["NonFiniteGuard", "NonFiniteLossError"]
 
@@ -103,10 +104,8 @@ class NonFiniteGuard(L.Callback):
     def __init__(self, max_skips: int = 0, every_n_steps: int = 1, check_grad_norm: bool = True,
                  check_weights: bool = True):
         super().__init__()
-        if max_skips < 0:
-            raise ValueError(f"max_skips must be >= 0, got {max_skips}")
-        if every_n_steps < 1:
-            raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
+        at_least("max_skips", max_skips, 0)
+        at_least("every_n_steps", every_n_steps, 1)
         self.max_skips = max_skips
         self.every_n_steps = every_n_steps
         self.check_grad_norm = check_grad_norm

@@ -65,6 +65,7 @@ from typing import Any, Sequence
 
 import lightning as L
 import torch
+from ..utils.config import at_least
 
 __all__ = ["PreemptionCheckpoint", "preemption_signal"]
 
@@ -119,8 +120,7 @@ class PreemptionCheckpoint(L.Callback):
         check_every_n_steps: int = 1,
     ):
         super().__init__()
-        if check_every_n_steps < 1:
-            raise ValueError(f"check_every_n_steps must be >= 1, got {check_every_n_steps}")
+        at_least("check_every_n_steps", check_every_n_steps, 1)
         resolved = [_signum(s) for s in signals]
         missing = [str(s) for s, r in zip(signals, resolved) if r is None]
         if missing:

@@ -47,6 +47,7 @@ from typing import Any, Callable
 import lightning as L
 import torch
 import torch.nn.functional as F
+from ..utils.config import at_least
 
 __all__ = ["ThroughputMonitor", "measure_matmul_peak", "precision_dtype"]
 
@@ -161,8 +162,7 @@ class ThroughputMonitor(L.Callback):
 
     def __init__(self, log_every_n_steps: int = 10, peak_flops: float | None = None, prog_bar: bool = True):
         super().__init__()
-        if log_every_n_steps < 1:
-            raise ValueError(f"log_every_n_steps must be >= 1, got {log_every_n_steps}")
+        at_least("log_every_n_steps", log_every_n_steps, 1)
         self.log_every_n_steps = log_every_n_steps
         self.peak_flops = peak_flops
         self.prog_bar = prog_bar

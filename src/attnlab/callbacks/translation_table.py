@@ -17,6 +17,7 @@ import lightning as L
 
 from ..tasks.protocols import TranslationRow, TranslationTableSource
 from .media import run_dir, wandb_loggers, writes_now
+from ..utils.config import at_least
 
 COLUMNS = ["source", "reference", "hypothesis"]
 
@@ -29,8 +30,7 @@ class TranslationTableCallback(L.Callback):
 
     def __init__(self, size: int = 8, dirname: str = "translations"):
         super().__init__()
-        if size < 0:
-            raise ValueError(f"size must be >= 0, got {size}")
+        at_least("size", size, 0)
         self.size, self.dirname = size, dirname
         self.last_rows: list[TranslationRow] = []
         self.last_path: Path | None = None

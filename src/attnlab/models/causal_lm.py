@@ -37,11 +37,8 @@ class CausalLM(TransformerModel):
         attn_dropout: float = 0.0,
         bias: bool = True,
         tie_embeddings: bool = True,
-        norm: Any = None,
-        ffn: Any = None,
-        moe: Any = None,
-        attn: Any = None,
-        pos: Any = None,
+        # the block groups' parts (attnlab.modules.parts): a config with _target_, a built part, or None
+        norm: Any = None, ffn: Any = None, moe: Any = None, attn: Any = None, pos: Any = None,
         causal: bool = True,
         init: str = "gpt2",
     ):

@@ -122,11 +122,8 @@ class SequenceClassifier(TransformerModel):
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
         bias: bool = True,
-        norm: Any = None,
-        ffn: Any = None,
-        moe: Any = None,
-        attn: Any = None,
-        pos: Any = None,
+        # the block groups' parts (attnlab.modules.parts): a config with _target_, a built part, or None
+        norm: Any = None, ffn: Any = None, moe: Any = None, attn: Any = None, pos: Any = None,
         init: str = "xavier",
     ):
         super().__init__()

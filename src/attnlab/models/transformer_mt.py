@@ -47,11 +47,8 @@ class TransformerMT(TransformerModel):
         attn_dropout: float = 0.0,
         bias: bool = True,
         tie_embeddings: bool = True,
-        norm: Any = None,
-        ffn: Any = None,
-        moe: Any = None,
-        attn: Any = None,
-        pos: Any = None,
+        # the block groups' parts (attnlab.modules.parts): a config with _target_, a built part, or None
+        norm: Any = None, ffn: Any = None, moe: Any = None, attn: Any = None, pos: Any = None,
         n_encoder_layers: int | None = None,
         n_decoder_layers: int | None = None,
         copy: bool = False,

@@ -126,10 +126,8 @@ class TransformerTTS(TransformerModel):
         postnet_layers: int = 5,
         max_text_len: int = 256,
         max_dec_steps: int = 1024,
-        norm: Any = None,
-        ffn: Any = None,
-        moe: Any = None,
-        attn: Any = None,
+        # the block groups' parts (attnlab.modules.parts): a config with _target_, a built part, or None
+        norm: Any = None, ffn: Any = None, moe: Any = None, attn: Any = None,
         n_layers: int | None = None,
         init: str = "xavier",
     ):

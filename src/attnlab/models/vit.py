@@ -73,11 +73,8 @@ class VisionTransformer(TransformerModel):
         dropout: float = 0.1,
         attn_dropout: float = 0.0,
         bias: bool = True,
-        norm: Any = None,
-        ffn: Any = None,
-        moe: Any = None,
-        attn: Any = None,
-        pos: Any = None,
+        # the block groups' parts (attnlab.modules.parts): a config with _target_, a built part, or None
+        norm: Any = None, ffn: Any = None, moe: Any = None, attn: Any = None, pos: Any = None,
         pool: str = "mean",
         init: str = "xavier",
     ):

@@ -24,7 +24,6 @@ from torch import Tensor, nn
 
 from ..utils.config import ConfigError
 
-POSITION_KINDS = ("sinusoidal", "learned", "rotary", "none")
 
 
 def sinusoidal_table(max_len: int, dim: int) -> Tensor:
@@ -65,8 +64,7 @@ class NoPositions(Positions):
 
 
 class _TablePositions(Positions):
-    """A (max_len, D) table added to the embeddings. ``forward(length, offset)`` returns the rows (the call form the
-    models used before the ``pos`` group built parts; kept until they all call ``add``)."""
+    """A (max_len, D) table added to the embeddings; ``forward(length, offset)`` returns its rows."""
 
     table: Tensor
 
@@ -235,14 +233,3 @@ class ALiBiPositions(Positions):
     @property
     def attention(self) -> ALiBi:
         return self.alibi
-
-
-def build_additive_positions(kind: str, max_len: int, dim: int) -> nn.Module | None:
-    """The table added to the embeddings, or None for ``rotary`` (inside attention) and ``none``."""
-    if kind not in POSITION_KINDS:
-        raise ValueError(f"unknown position kind {kind!r}; choose one of {', '.join(POSITION_KINDS)}")
-    if kind == "sinusoidal":
-        return SinusoidalPositions(max_len, dim)
-    if kind == "learned":
-        return LearnedPositions(max_len, dim)
-    return None

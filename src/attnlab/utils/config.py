@@ -16,6 +16,13 @@ class ConfigError(UserError, ValueError):
     """A config choice that cannot work; train.py prints its one-line message and exits with status 2."""
 
 
+def at_least(name: str, value: int, lo: int) -> int:
+    """``value`` if it is >= ``lo``, else a one-line ConfigError naming the setting (callbacks' ``every_n_*``)."""
+    if value < lo:
+        raise ConfigError(f"{name} must be >= {lo}, got {value}")
+    return value
+
+
 def used_groups(cfg: DictConfig) -> list[str]:
     """The block groups the chosen model is built from, derived from its config: the groups its ``model.net``
     interpolates (``norm: ${norm}``), narrowed by the net class's ``block_groups(net_cfg, groups)`` where the
