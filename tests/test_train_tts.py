@@ -198,7 +198,7 @@ def test_guided_attention_off_trains_without_the_term(tmp_path, one_thread):
     batch = {"text": text, "text_lengths": torch.tensor([7, 5]), "mel": mel, "mel_lengths": torch.tensor([12, 9])}
     loss = task.training_step(batch, 0)
     assert "train/guided" not in logged and torch.isfinite(loss)
-    assert all(m.weights is None for m in task.net.cross_attention_modules())
+    assert all(layer.cross_attn.weights is None for layer in task.net.decoder.layers)
     on = build_model(compose_train(TINY, tmp_path).model)
     on.log = lambda name, value, **kw: logged.__setitem__(name, value)
     on.training_step(batch, 0)

@@ -257,3 +257,17 @@ def test_stack_caches_are_sized_by_the_attention(attn, kv_heads):
     assert len(caches) == 2 and all(isinstance(c, DecoderCache) for c in caches)
     assert caches[0].self_attn.k.shape == (3, kv_heads, 7, D // H)
     assert caches[0].cross_attn.k.shape == (3, kv_heads, 5, D // H)
+
+
+def test_stack_returns_the_cross_weights_it_is_asked_for_explicitly():
+    """What a copy pointer or a guided-attention loss reads: returned, not left on modules by toggled flags."""
+    torch.manual_seed(0)
+    stack = build_stack(2, D, H, parts(), cross_attention=True).eval()
+    x, mem = torch.randn(2, 4, D), torch.randn(2, 6, D)
+    mpad = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])
+    out, weights = stack.forward_with_cross_weights(x, [-1], memory=mem, memory_padding_mask=mpad)
+    torch.testing.assert_close(out, stack(x, memory=mem, memory_padding_mask=mpad))
+    assert list(weights) == [1] and weights[1].shape == (2, H, 4, 6)
+    torch.testing.assert_close(weights[1].sum(-1), torch.ones(2, H, 4))
+    assert (weights[1][1, :, :, 3:] == 0).all()  # padded sources get no weight
+    assert not any(m.return_weights for m in stack.modules() if isinstance(m, MultiHeadAttention))

@@ -32,19 +32,11 @@ class TTSStepper:
         self.attention: list[list[Tensor]] = [[] for _ in model.decoder.layers]  # per layer: (B, H, t, N) pieces
 
     def _run(self, frames: Tensor) -> tuple[Tensor, Tensor]:
-        modules = self.model.cross_attention_modules()
-        previous = [m.return_weights for m in modules]
-        for m in modules:
-            m.return_weights = m.return_weights or self.record
-        try:
-            hidden = self.model.decode(frames, None if self.caches[0].cross_attn.length else self.memory,
-                                       self.mask, self.caches)
-        finally:
-            for m, p in zip(modules, previous):
-                m.return_weights = p
-        if self.record:
-            for i, m in enumerate(modules):
-                self.attention[i].append(m.weights)
+        memory = None if self.caches[0].cross_attn.length else self.memory
+        layers = range(len(self.attention)) if self.record else ()
+        hidden, weights = self.model.decode_with_attention(frames, memory, self.mask, layers, self.caches)
+        for i, w in weights.items():
+            self.attention[i].append(w)
         mel, stop = self.model.project(hidden[:, -1:])  # (B, r, M), (B, r)
         return mel, stop
 

@@ -75,9 +75,8 @@ class TransformerMT(TransformerModel):
         if tie_embeddings:
             self.head.weight = self.embed.weight
         self.copy = copy
-        if copy:  # the pointer reads the last layer's cross-attention weights: that layer takes the explicit path
+        if copy:  # the pointer reads the last layer's cross-attention weights (that layer takes the explicit path)
             self.copy_gate = nn.Linear(2 * d_model, 1)
-            self.decoder.layers[-1].cross_attn.return_weights = True
         self.init_weights(init)
 
     def lookup_tables(self) -> list[nn.Parameter]:
@@ -101,11 +100,12 @@ class TransformerMT(TransformerModel):
         padding after it."""
         offset = caches[0].self_attn.length if caches else 0
         emb = self._embed(tgt_in, self.tgt_positions, offset)
-        h = self.decoder(emb, memory=memory, memory_padding_mask=src_mask, is_causal=True, caches=caches)
-        logits = self.head(h)
+        common = dict(memory=memory, memory_padding_mask=src_mask, is_causal=True, caches=caches)
         if not self.copy:
-            return logits
-        attn = self.decoder.layers[-1].cross_attn.weights.mean(dim=1)  # (B, T, S), rows sum to 1 over real sources
+            return self.head(self.decoder(emb, **common))
+        h, cross = self.decoder.forward_with_cross_weights(emb, [-1], **common)
+        logits = self.head(h)
+        attn = cross[len(self.decoder) - 1].mean(dim=1)  # (B, T, S), rows sum to 1 over real sources
         p_gen = torch.sigmoid(self.copy_gate(torch.cat([h, emb], dim=-1))).float()  # (B, T, 1)
         p = p_gen * logits.float().softmax(dim=-1)
         index = src[:, None, :].expand(-1, tgt_in.shape[1], -1)  # (B, T, S) the vocabulary id of each source

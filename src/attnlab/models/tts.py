@@ -180,10 +180,20 @@ class TransformerTTS(TransformerModel):
     def decode(self, frames: Tensor, memory: Tensor, memory_mask: Tensor,
                caches: list[DecoderCache] | None = None) -> Tensor:
         """frames (B, G, M) -> hidden (B, G, D); with ``caches`` the G frames follow the cached steps."""
+        return self.decoder(self._decoder_stream(frames, caches), memory=memory, memory_padding_mask=memory_mask,
+                            is_causal=True, caches=caches)
+
+    def _decoder_stream(self, frames: Tensor, caches: list[DecoderCache] | None) -> Tensor:
+        """frames (B, G, M) -> the decoder's input (B, G, D): prenet + positions after the cached steps."""
         offset = caches[0].self_attn.length if caches else 0
-        x = self.dec_prenet(frames)
-        x = self.drop(x + self.dec_pos(x.shape[1], offset))
-        return self.decoder(x, memory=memory, memory_padding_mask=memory_mask, is_causal=True, caches=caches)
+        return self.drop(self.dec_prenet(frames) + self.dec_pos(frames.shape[1], offset))
+
+    def decode_with_attention(self, frames: Tensor, memory: Tensor | None, memory_mask: Tensor, layers,
+                              caches: list[DecoderCache] | None = None) -> tuple[Tensor, dict[int, Tensor]]:
+        """:meth:`decode`, also returning the cross-attention weights (B, H, G, N) of the decoder ``layers`` listed
+        (negative: from the last), keyed by layer index; only those take the explicit attention path."""
+        return self.decoder.forward_with_cross_weights(self._decoder_stream(frames, caches), layers, memory=memory, memory_padding_mask=memory_mask,
+                                                       is_causal=True, caches=caches)
 
     def project(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
         """hidden (B, G, D) -> frames (B, G·r, M) before the postnet, stop logits (B, G·r)."""
@@ -197,9 +207,6 @@ class TransformerTTS(TransformerModel):
     def new_caches(self, batch: int, text_len: int, max_steps: int, dtype=None, device=None) -> list[DecoderCache]:
         return self.decoder.new_caches(batch, max_steps, memory_len=text_len, dtype=dtype, device=device)
 
-    def cross_attention_modules(self) -> list[nn.Module]:
-        return [layer.cross_attn for layer in self.decoder.layers]
-
     # --- teacher-forced forward ---------------------------------------------------------------------------------
     def forward(self, text: Tensor, text_lengths: Tensor, mel: Tensor, mel_lengths: Tensor | None = None,
                 attention_layers: tuple[int, ...] | list[int] = ()) -> dict[str, Tensor]:
@@ -210,17 +217,8 @@ class TransformerTTS(TransformerModel):
         layers listed in ``attention_layers`` (only those take the explicit attention path).
         """
         memory, mask = self.encode(text, text_lengths)
-        modules = self.cross_attention_modules()
-        chosen = sorted({i % len(modules) for i in attention_layers})
-        previous = {i: modules[i].return_weights for i in chosen}
-        for i in chosen:
-            modules[i].return_weights = True
-        try:
-            hidden = self.decode(self.decoder_inputs(mel), memory, mask)
-            attention = [modules[i].weights for i in chosen]
-        finally:
-            for i, p in previous.items():
-                modules[i].return_weights = p
+        hidden, weights = self.decode_with_attention(self.decoder_inputs(mel), memory, mask, attention_layers)
+        attention = [weights[i] for i in sorted(weights)]
         before, stop = self.project(hidden)
         if mel_lengths is None:
             mel_lengths = torch.full((mel.shape[0],), mel.shape[1], device=mel.device)

@@ -101,8 +101,12 @@ class DecoderBlock(EncoderBlock):
         padding_mask: Tensor | None = None,
         is_causal: bool = True,
         cache: DecoderCache | None = None,
-    ) -> Tensor:
-        """x: (B, T, D) decoder stream; memory: (B, S, D) the encoder's final output (None once cached)."""
+        need_cross_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """x: (B, T, D) decoder stream; memory: (B, S, D) the encoder's final output (None once cached).
+
+        ``need_cross_weights``: return ``(x, weights)``, the cross-attention weights (B, H, T, S) of this call (that
+        attention then takes the explicit path), for a loss or a pointer that reads them."""
         x = self._residual(
             x, self.sa_norm,
             lambda h: self.self_attn(h, attn_mask=attn_mask, key_padding_mask=padding_mask, is_causal=is_causal,
@@ -112,7 +116,8 @@ class DecoderBlock(EncoderBlock):
         x = self._residual(
             x, self.ca_norm,
             lambda h: self.cross_attn(h, memory, key_padding_mask=memory_padding_mask,
-                                      kv_cache=cache.cross_attn if cache else None),
+                                      kv_cache=cache.cross_attn if cache else None, need_weights=need_cross_weights),
             padding_mask,
         )
-        return self._residual(x, self.ffn_norm, self.ffn, padding_mask)
+        x = self._residual(x, self.ffn_norm, self.ffn, padding_mask)
+        return (x, self.cross_attn.weights) if need_cross_weights else x

@@ -12,6 +12,7 @@ Every model names its stacks ``encoder`` / ``decoder``; a stack's layers are ``l
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from torch import Tensor, nn
@@ -35,6 +36,21 @@ class TransformerStack(nn.Module):
         for i, layer in enumerate(self.layers):
             x = layer(x, cache=caches[i] if caches is not None else None, **kwargs)
         return self.final_norm(x)
+
+    def forward_with_cross_weights(self, x: Tensor, layers: Iterable[int], *, caches: list | None = None,
+                                   **kwargs: Any) -> tuple[Tensor, dict[int, Tensor]]:
+        """:meth:`forward`, also returning the cross-attention weights (B, H, T, S) of the decoder ``layers`` listed
+        (negative: from the last), keyed by their index: what a guided-attention loss or a copy pointer reads. Only
+        those attentions take the explicit path; the others stay fused."""
+        wanted = {i % len(self.layers) for i in layers}
+        weights: dict[int, Tensor] = {}
+        for i, layer in enumerate(self.layers):
+            cache = caches[i] if caches is not None else None
+            if i in wanted:
+                x, weights[i] = layer(x, cache=cache, need_cross_weights=True, **kwargs)
+            else:
+                x = layer(x, cache=cache, **kwargs)
+        return self.final_norm(x), weights
 
     def new_caches(self, batch: int, max_len: int, *, memory_len: int | None = None, dtype=None,
                    device=None) -> list:
