@@ -12,6 +12,7 @@ so between them they hold every old spec (norm/ffn/moe/pos), both position table
 
 from __future__ import annotations
 
+import pytest
 import torch
 from test_safe_checkpoints import FIXTURES, QUIET, cli
 
@@ -60,6 +61,7 @@ def test_upgrading_is_idempotent_and_leaves_todays_checkpoints_alone():
     assert upgrade_state_dict(state, cfg["_target_"]) is False
 
 
+@pytest.mark.slow  # the same loader as the strict test above; generate/translate of old checkpoints run by default
 def test_legacy_checkpoints_serve_translate_and_synthesize(tmp_path, cache_dir):
     """(generate.py and translate.py with an old LM and MT checkpoint: tests/test_safe_checkpoints.py)"""
     tr = cli("translate.py", f"ckpt={LEGACY['nat']}", f"hydra.run.dir={tmp_path / 't'}", stdin="twenty-one\nseven\n",

@@ -70,7 +70,14 @@ def _params_at_init(cfg) -> dict[str, torch.Tensor]:
     return {f"net.{k}": v for k, v in build_model(cfg.model).net.state_dict().items()}
 
 
-@pytest.mark.parametrize("family", CASES)
+# The default suite keeps one family per data path (LM windows, augmented images, translation pairs, utterances
+# with BatchNorm buffers); the RNN reads the same translation batches as the transformer, the classifier the same
+# fixed-size batches as the LM: those two run with `-m slow` (the suite's 10-minute budget).
+SAME_DATA_PATH_AS_ANOTHER = ("seq2seq_attention", "sequence_classifier")
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f in SAME_DATA_PATH_AS_ANOTHER else f
+                                    for f in CASES])
 def test_two_ranks_train_what_one_process_trains(family, tmp_path, cache_dir):
     overrides, batch, match = CASES[family]
     common = [*COMMON, *overrides]
