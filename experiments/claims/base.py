@@ -85,6 +85,15 @@ class Job:
         return dict(item.lstrip("+~").split("=", 1) for item in items if "=" in item)
 
     @cached_property
+    def choices(self) -> dict[str, str]:
+        """The option of each config group this job ran with, ``{'pos': 'learned', 'norm': 'pre', ...}`` (Hydra's
+        runtime choices: group options are parts, whose config has no name of its own)."""
+        from omegaconf import OmegaConf
+
+        hydra_cfg = OmegaConf.load(self.dir / ".hydra" / "hydra.yaml")
+        return {str(k): str(v) for k, v in hydra_cfg.hydra.runtime.choices.items() if v is not None}
+
+    @cached_property
     def config(self):
         from omegaconf import OmegaConf
 

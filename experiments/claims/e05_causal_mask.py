@@ -48,7 +48,8 @@ def analyze(ctx: Context) -> Result:
     ax_bar.legend(fontsize=7)
     save(fig, ctx.figure_path, "E5: training without the causal mask")
 
-    net, cfg = task.net, ctx.job(model__net__causal="True").config
+    causal_job = ctx.job(model__net__causal="True")
+    net, cfg, pos = task.net, causal_job.config, causal_job.choices["pos"]
     causal_row, open_row = rows
     (c_masked, _), (o_masked, o_open) = evals["True"], evals["False"]
     collapsed = open_row["final train loss"] < 0.5 * causal_row["final train loss"]
@@ -70,8 +71,8 @@ def analyze(ctx: Context) -> Result:
                   f"1 nat above it."),
         notes=(f"{net.n_layers} layers, d={net.d_model}, {net.n_heads} heads, context {net.max_len}, "
                f"{cfg.trainer.max_steps} steps; losses over the first "
-               f"{batch['input_ids'].shape[0]} validation windows. Positions: {cfg.pos.name}"
-               f"{POS_NOTE if cfg.pos.name != 'learned' else ''}. Greedy decoding uses the KV cache, which is "
+               f"{batch['input_ids'].shape[0]} validation windows. Positions: {pos}"
+               f"{POS_NOTE if pos != 'learned' else ''}. Greedy decoding uses the KV cache, which is "
                f"causal by construction; the prompt is {prompt!r}."),
     )
 

@@ -39,7 +39,7 @@ def analyze(ctx: Context) -> Result:
     curves, finals, params, rows = {}, {}, {}, []
     colors = {"relu": "tab:orange", "swiglu": "tab:green"}
     for act, label in ACTIVATIONS.items():
-        jobs = [j for j in ctx.jobs() if j.config.ffn.activation == act]
+        jobs = [j for j in ctx.jobs() if j.choices.get("ffn") == act]
         if not jobs:
             raise LookupError(f"no ffn={act} job under {ctx.dir / '0'}")
         per_seed = []

@@ -69,8 +69,9 @@ def analyze(ctx: Context) -> Result:
         c.update(val=job.metric("val/loss"), run_ms=job.median_step_ms(), ms=bench[name])
         info[name] = c
         curve(ax_val, job, "val/loss", marker="o", ms=3, color=colors[name], label=name)
-        moe = job.config.moe
-        rows.append({"model": name, "experts (top-k)": f"{moe.num_experts} ({moe.top_k})" if moe.enabled else "–",
+        moe = job.config.moe  # {} when off (an older run's config: enabled false)
+        mixture = bool(moe) and moe.get("enabled", True)
+        rows.append({"model": name, "experts (top-k)": f"{moe.num_experts} ({moe.top_k})" if mixture else "–",
                      "ffn hidden": int(job.config.ffn.hidden_mult * job.config.model.net.d_model),
                      "total params": c["total"], "active params": c["active"],
                      "total incl. embeddings": c["with embeddings"], "GFLOP / token (train)": fmt(c["flops"] / 1e9, 4),
