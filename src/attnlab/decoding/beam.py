@@ -154,3 +154,41 @@ def beam_search(
         for j, (sc, lp_j, _) in enumerate(best):
             scores[s, j], logprobs[s, j] = sc, lp_j
     return BeamResult(tokens, scores, logprobs)
+
+
+@torch.no_grad()
+def greedy_search(
+    stepper: Stepper,
+    prefix: Tensor,
+    *,
+    limits: list[int],
+    eos_id: int | None = None,
+    length_penalty: float = 1.0,
+    vocab_size: int | None = None,
+) -> BeamResult:
+    """The argmax chain (what the LM's ``generate(temperature=0)`` emits), as a :class:`BeamResult` with one
+    hypothesis per row: row b stops at EOS or after ``limits[b]`` new tokens (no EOS is added there). What
+    ``beam_size=1`` means in translation: a beam of one without early stopping may end on another hypothesis."""
+    B, dev = prefix.shape[0], prefix.device
+    limit = torch.tensor(limits, device=dev)
+    tokens, logprob = prefix.new_empty(B, 0), torch.zeros(B, device=dev)
+    length = torch.zeros(B, dtype=torch.long, device=dev)  # tokens generated while the row was live
+    live = torch.ones(B, dtype=torch.bool, device=dev)
+    logits = stepper.prefill(prefix)
+    for t in range(max(limits)):
+        logits = logits.float()
+        if vocab_size is not None and vocab_size < logits.shape[-1]:
+            logits = logits.index_fill(-1, torch.arange(vocab_size, logits.shape[-1], device=dev), float("-inf"))
+        lp = logits.log_softmax(dim=-1)
+        tok = lp.argmax(dim=-1)  # (B,)
+        logprob += torch.where(live, lp.gather(1, tok[:, None]).squeeze(1), 0.0)
+        length += live.long()
+        tokens = torch.cat([tokens, tok[:, None]], dim=1)
+        live &= (tok != eos_id) if eos_id is not None else live
+        live &= limit > t + 1
+        if not bool(live.any()):
+            break
+        logits = stepper.step(tok)
+    best = [[tokens[b, : int(length[b])]] for b in range(B)]
+    scores = (logprob / length.clamp_min(1).float() ** length_penalty)[:, None]
+    return BeamResult(best, scores, logprob[:, None])

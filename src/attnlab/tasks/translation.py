@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
-from ..decoding import beam_search
+from ..decoding import beam_search, greedy_search
 from ..decoding.scheduled_sampling import SamplingSchedule, mix_predictions
 from ..metrics.translation import TranslationMetrics
 from ..modules.attention import is_attention_module
@@ -145,7 +145,8 @@ class TranslationTask(Task):
     @torch.no_grad()
     def translate_batch(self, src: Tensor, src_mask: Tensor, *, beam_size: int = 1, length_penalty: float = 1.0,
                         max_len_a: float = 2.0, max_len_b: int = 10, n_best: int = 1):
-        """Beam search (beam 1 = greedy) -> :class:`~attnlab.decoding.beam.BeamResult` (ids without <bos>).
+        """Beam search -> :class:`~attnlab.decoding.beam.BeamResult` (ids without <bos>); ``beam_size=1`` is greedy
+        decoding, the argmax chain (:func:`~attnlab.decoding.beam.greedy_search`).
 
         Without early stopping: a sentence is done when no live hypothesis can still beat its beam_size-th finished
         one. Stopping at the first beam_size finished ones (fairseq's default) let short hypotheses ending early
@@ -158,6 +159,9 @@ class TranslationTask(Task):
         if max_len is not None:
             limits = limits.clamp(max=max_len - 1)  # <bos> takes one position
         prefix = torch.full((src.shape[0], 1), BOS_ID, dtype=torch.long, device=src.device)
+        if beam_size == 1 and n_best == 1:
+            return greedy_search(self.net.stepper(src, src_mask), prefix, limits=limits.tolist(), eos_id=EOS_ID,
+                                 length_penalty=length_penalty, vocab_size=self.net.vocab_size)
         return beam_search(self.net.stepper(src, src_mask), prefix, beam_size=beam_size, max_len_a=1.0,
                            max_len_b=0, src_lengths=limits, eos_id=EOS_ID, length_penalty=length_penalty,
                            n_best=n_best, vocab_size=self.net.vocab_size, early_stopping=False)
