@@ -40,3 +40,14 @@ def run_cli(args: list[str], cache_dir: str | None = None, timeout: int = 300,
         env["ATTNLAB_CACHE"] = cache_dir
     return subprocess.run([sys.executable, script, *args], cwd=ROOT, env=env, timeout=timeout,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def run_bench_quick(only: str) -> str:
+    """``python -m bench --quick --only <only>`` from the repository root, one thread, one repeat; its output
+    (the run must succeed)."""
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-m", "bench", "--quick", "--only", only, "--threads", "1", "--repeats", "1"],
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": path}, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout
+    return out.stdout

@@ -5,19 +5,14 @@ import subprocess
 import sys
 
 import pytest
+from helpers import run_bench_quick
 
 from attnlab.paths import ROOT
 
 
 @pytest.fixture(scope="module")
 def quick_output() -> str:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT),
-                                                         os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-m", "bench", "--quick", "--only", "P3,P5", "--threads", "1",
-                          "--repeats", "1"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, timeout=120)
-    assert out.returncode == 0, out.stdout
-    return out.stdout
+    return run_bench_quick("P3,P5")
 
 
 def test_machine_facts(quick_output):

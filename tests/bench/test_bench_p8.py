@@ -1,23 +1,13 @@
 """``python -m bench --quick --only P8``: the mha / gqa / mqa table, through the real entry point (~3 s)."""
 
-import os
-import subprocess
-import sys
-
 import pytest
-
-from attnlab.paths import ROOT
+from helpers import run_bench_quick
 
 
 def test_p8_quick_table_has_cache_ratios_and_speeds():
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT),
-                                                         os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-m", "bench", "--quick", "--only", "P8", "--threads", "1",
-                          "--repeats", "1"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, timeout=120)
-    assert out.returncode == 0, out.stdout
-    assert "**P8 KV cache of mha / gqa / mqa" in out.stdout
-    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.stdout.splitlines()
+    out = run_bench_quick("P8")
+    assert "**P8 KV cache of mha / gqa / mqa" in out
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines()
             if line.startswith(("| 1 |", "| 8 |"))]
     assert [tuple(r[:3]) for r in rows] == [(b, a, kv) for b in ("1", "8")
                                             for a, kv in (("mha", "6"), ("gqa", "2"), ("mqa", "1"))]

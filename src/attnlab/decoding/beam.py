@@ -184,8 +184,9 @@ def greedy_search(
         logprob += torch.where(live, lp.gather(1, tok[:, None]).squeeze(1), 0.0)
         length += live.long()
         tokens = torch.cat([tokens, tok[:, None]], dim=1)
-        live &= (tok != eos_id) if eos_id is not None else live
         live &= limit > t + 1
+        if eos_id is not None:
+            live &= tok != eos_id
         if not bool(live.any()):
             break
         logits = stepper.step(tok)
