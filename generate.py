@@ -1,4 +1,4 @@
-"""`python generate.py ckpt=... prompt="..."` — sample from a trained language model (see README.md)."""
+"""`python generate.py ckpt=... prompt="..."` — sample from a trained language model (see docs/language_model.md)."""
 
 from attnlab.generate import main
 

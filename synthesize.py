@@ -1,4 +1,4 @@
-"""`python synthesize.py ckpt=... text="twenty one"` — speak text with a trained TTS model (see README.md)."""
+"""`python synthesize.py ckpt=... text="twenty one"` — speak text with a trained TTS model (see docs/tts.md)."""
 
 from attnlab.synthesize import main
 

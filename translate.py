@@ -1,4 +1,4 @@
-"""`echo "twenty-one" | python translate.py ckpt=...` — translate with a trained checkpoint (see README.md)."""
+"""`echo "twenty-one" | python translate.py ckpt=...` — translate with a trained checkpoint (see docs/translation.md)."""
 
 from attnlab.translate import main
 

@@ -95,7 +95,7 @@ def test_group_override_for_a_model_not_built_from_it_is_refused(tmp_path):
 
 def test_cli_unknown_option_lists_choices_exit_2(tmp_path):
     out = run_cli(["norm=group", f"hydra.run.dir={tmp_path}/run"], timeout=120)
-    assert out.returncode == 2  # like every other bad input (README, Reliability)
+    assert out.returncode == 2  # like every other bad input (docs/reliability.md)
     assert "Could not find 'norm/group'" in out.stdout and "Available options" in out.stdout
     assert "rms" in out.stdout and "Traceback" not in out.stdout
     assert not (tmp_path / "run").exists()

@@ -1,5 +1,5 @@
 """notebooks/review_run.ipynb runs top to bottom, headless, on a run directory made by the real `python train.py`,
-for every model family: the default translation job logged to W&B offline (executed the README's way, `jupyter
+for every model family: the default translation job logged to W&B offline (executed docs/notebooks.md's way, `jupyter
 nbconvert --execute` with ATTNLAB_RUN_DIR) and, with `-m slow`, the language model with the CSV logger (nbclient,
 parameters cell), the NAT and RNN translators, the ViT, TTS and the sequence classifier."""
 
@@ -85,7 +85,7 @@ def images(nb: nbformat.NotebookNode) -> list:
 
 
 def execute_with_nbconvert(run_dir: Path, out_dir: Path) -> nbformat.NotebookNode:
-    """The README's command: `ATTNLAB_RUN_DIR=<run> jupyter nbconvert --to notebook --execute ...`."""
+    """docs/notebooks.md's command: `ATTNLAB_RUN_DIR=<run> jupyter nbconvert --to notebook --execute ...`."""
     env = {**os.environ, **kernel_env(), "ATTNLAB_RUN_DIR": str(run_dir)}
     proc = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
                            "notebooks/review_run.ipynb", "--output-dir", str(out_dir)],

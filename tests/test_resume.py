@@ -54,7 +54,7 @@ def lm_run(tmp_path_factory, cache_dir) -> Path:
 
 
 def test_resume_auto_continues_only_a_run_of_the_same_model_and_writes_nothing_into_others(lm_run, cache_dir):
-    """The README's order: a ViT run, then `resume=auto` of another model must not touch it."""
+    """The order of docs/reliability.md: a ViT run, then `resume=auto` of another model must not touch it."""
     lm_runs = lm_run.parent.parent.parent
     vit = run_cli(["model=vit", *TINY[1:], f"paths.log_dir={lm_runs}"], cache_dir)  # newer than the LM run
     assert vit.returncode == 0, vit.stdout[-3000:]

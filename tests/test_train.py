@@ -107,7 +107,7 @@ def test_optuna_search_runs_trials(tmp_path, cache_dir):
 
 @pytest.mark.slow
 def test_sweep_of_twelve_block_choices(tmp_path, cache_dir):
-    """The README's sweep: norm × ffn × moe, 12 jobs, each its own W&B offline run with attention maps."""
+    """docs/sweeps_and_ddp.md's sweep: norm × ffn × moe, 12 jobs, each its own W&B offline run with attention maps."""
     sweep = tmp_path / "sweep"
     out = run_cli(["-m", "model=causal_lm", "norm=pre,post,rms", "ffn=relu,swiglu", "moe=off,on", "debug=fast",
                    f"hydra.sweep.dir={sweep}"], cache_dir, timeout=900)

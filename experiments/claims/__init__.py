@@ -1,9 +1,9 @@
-"""The seeds' claims (E1–E18 of shared/claims.md) as experiments: one command each, a number, a figure, a verdict.
+"""The seeds' claims (E1–E18 of docs/claims.md) as experiments: one command each, a number, a figure, a verdict.
 
 Each claim is a module ``eNN_<topic>.py`` holding ``CLAIM`` (a :class:`~experiments.claims.base.Claim`): the
 training commands it runs (``conf/experiment/eNN_*.yaml`` sweeps) and the analysis that turns the runs' logged
 metrics into a table, a figure and a verdict. From the repository root, ``python -m experiments.claims run E9`` runs
-one, ``python -m experiments.claims report`` writes docs/results.md from the saved results. See README "Claims".
+one, ``python -m experiments.claims report`` writes docs/results.md from the saved results. See docs/claims.md.
 Measurements that are not specific to a claim live in the package (:mod:`attnlab.analysis`).
 """
 

@@ -44,7 +44,7 @@ def verdict_of_parts(*parts: bool) -> str:
 class Claim:
     id: str  # "E9"
     title: str  # "RMSNorm vs LayerNorm"
-    statement: str  # the seed's claim, in English (shared/claims.md)
+    statement: str  # the seed's claim, in English (docs/claims.md)
     commands: list[str]  # shell commands, run in order from the repository root
     analyze: Callable[["Context"], "Result"]
     # appended to every train.py command with --quick (tiny models for the tests), besides the runner's limits

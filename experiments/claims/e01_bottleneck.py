@@ -115,8 +115,9 @@ def analyze(ctx: Context) -> Result:
                   f"({'at least' if falls else 'less than'} the {BIG} that counts as falling); with Bahdanau "
                   f"attention it falls by {d_attn:.2f} ({'at least' if relieved else 'less than'} {MARGIN} less "
                   f"than without).{tr_text}"),
-        notes=("At convergence (3 epochs) both RNNs reach ~0.999 exact match on 7-digit numbers (README), so the "
-               "bottleneck shows at a short budget: how fast the long inputs are learned. The 1-6-word bucket mixes "
+        notes=("At convergence (3 epochs) both RNNs reach ~0.999 exact match on 7-digit numbers "
+               "(docs/translation.md), so the bottleneck shows at a short budget: how fast the long inputs are "
+               "learned. The 1-6-word bucket mixes "
                "1- to 6-digit numbers, and 1-2 digit numbers are rare in training (there are only 100)."),
     )
 
@@ -127,9 +128,9 @@ CLAIM = Claim(
     statement=("An RNN encoder-decoder passes the input through one fixed-size context vector c whatever the input "
                "length: an information bottleneck, so quality falls as inputs get longer."),
     commands=["python train.py -m experiment=e01_bottleneck model=seq2seq_baseline,seq2seq_attention",
-              # the transformer ignores the source for its first few hundred steps (README: exact match 0.13 after
-              # 313 steps, 0.94 after 626; measured here: 0.00 after 250 and after 500 with lr 1e-3), so it gets 3
-              # epochs and its own recipe's warmup
+              # the transformer ignores the source for its first few hundred steps (docs/translation.md: exact
+              # match 0.13 after 313 steps, 0.94 after 626; measured here: 0.00 after 250 and after 500 with lr
+              # 1e-3), so it gets 3 epochs and its own recipe's warmup
               "python train.py -m experiment=e01_bottleneck model=transformer_mt trainer.max_epochs=3 "
               "model.scheduler.warmup_steps=200"],
     analyze=analyze,

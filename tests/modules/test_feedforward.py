@@ -99,7 +99,7 @@ def test_unknown_option_and_bad_activation_are_one_line_errors():
 
 
 def test_geglu_is_one_yaml_file_and_computes_gelu_gating():
-    """The 'Adding a variant' example of the README: conf/ffn/geglu.yaml, no code."""
+    """The example of docs/adding_a_variant.md: conf/ffn/geglu.yaml, no code."""
     torch.manual_seed(0)
     ffn = build_ffn("geglu", 16)
     x = torch.randn(3, 16)

@@ -1,5 +1,5 @@
 """The base task's one template step: every family's step() returns its loss and metrics; the base adds the MoE
-terms to the training loss, logs them under the names README and the claims read, and nothing else does."""
+terms to the training loss, logs them under the names the docs and the claims read, and nothing else does."""
 
 from __future__ import annotations
 
