@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -58,7 +59,11 @@ def test_old_command_forwards_with_one_note(tmp_path):
     assert old.stderr.splitlines() == ["note: `python -m attnlab.claims` is deprecated; use "
                                        "`python -m experiments.claims list`"]
     assert [line.split()[0] for line in old.stdout.splitlines() if not line.startswith(" " * 8)] == list(all_claims())
-    outside = subprocess.run([sys.executable, "-m", "attnlab.claims", "run", "E9"], cwd=tmp_path, env=env,
+    # Outside the checkout `experiments` must not be importable: drop the repository root from PYTHONPATH (a
+    # worktree setup may put it there), else this would really start E9's training instead of failing in one line.
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != ROOT.resolve()]
+    outside_env = {**env, "PYTHONPATH": os.pathsep.join(paths)}
+    outside = subprocess.run([sys.executable, "-m", "attnlab.claims", "run", "E9"], cwd=tmp_path, env=outside_env,
                              capture_output=True, text=True, timeout=60)
     assert outside.returncode == 2 and outside.stdout == ""
     assert outside.stderr.splitlines() == ["error: the claims moved out of the package: run `python -m "
