@@ -42,6 +42,13 @@ def test_swept_keys_and_the_config_keys_that_carry_them():
     assert config_keys_for("norm", jobs) == ["norm.placement", "norm.layer._target_"]
     assert config_keys_for("norm", [j for j in jobs if j.overrides["norm"] != "post"]) == ["norm.layer._target_"]
     assert config_keys_for("model.optimizer.lr", jobs) == ["model.optimizer.lr"]  # a value: itself
+    # the same value spelled two ways on two command lines is no swept key: the logged configs are equal
+    pair = [made_up_job("pre", 0), made_up_job("rms", 0)]
+    for job, spelling in zip(pair, ("False", "false")):
+        job.overrides["trainer.enable_progress_bar"] = spelling
+        job.runs[0].config["trainer.enable_progress_bar"] = False
+    assert swept_keys(pair) == ["norm", "trainer.enable_progress_bar"]
+    assert config_keys_for("trainer.enable_progress_bar", pair) == []
 
 
 def made_up_sweep() -> Sweep:

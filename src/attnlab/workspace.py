@@ -112,10 +112,10 @@ def config_keys_for(key: str, jobs: list[Job]) -> list[str]:
 
     A key the runs logged as a config value (``model.optimizer.lr``, ``seed``) is itself. A group choice
     (``norm=rms``) is the fewest config keys under ``norm.`` (shallowest first) whose values tell the jobs' choices
-    apart; [] if none do (the choices compose to the same config)."""
+    apart. [] where the runs' configs do not differ (the same value spelled two ways, choices that compose alike)."""
     configs = [j.config for j in jobs]
-    if any(key in c for c in configs):
-        return [key]
+    if any(key in c for c in configs):  # a value: itself, if the runs really differ in it (not `False` vs `false`)
+        return [key] if _distinct(configs, [key]) > 1 else []
     choices = [j.overrides.get(key) for j in jobs]
     prefix = key + "."
     under = sorted({k for c in configs for k in c if k.startswith(prefix)}, key=lambda k: (k.count("."), k))
@@ -139,8 +139,8 @@ class Sweep:
     root: Path
     jobs: list[Job]
     without_runs: list[Path]
-    swept: list[str]  # override keys that vary, seed included
-    group_keys: dict[str, list[str]]  # swept key (not seed) -> W&B config keys carrying it
+    swept: list[str]  # override keys whose text varies, seed included
+    group_keys: dict[str, list[str]]  # swept key (not seed) -> the W&B config keys carrying it, where the runs differ
     metric: str
     scalar_keys: list[str]  # every scalar any run logged
     media_keys: dict[str, str]  # media key -> image | table | audio
@@ -153,7 +153,7 @@ class Sweep:
 
     def settings(self) -> Counter:
         """Setting (the swept keys but seed, as ``k=v`` text) -> number of jobs (seeds)."""
-        keys = [k for k in self.swept if k not in SEED_KEYS]
+        keys = list(self.group_keys)
         return Counter(" ".join(f"{k}={j.overrides.get(k, '(default)')}" for k in keys) or "(one setting)"
                        for j in self.jobs)
 
@@ -167,7 +167,7 @@ def read_sweep(root: Path, metric: str | None = None) -> Sweep:
         raise WorkspaceError(f"{root}: no such folder")
     jobs, without = read_jobs(root)
     swept = swept_keys(jobs)
-    group_keys = {k: config_keys_for(k, jobs) for k in swept if k not in SEED_KEYS}
+    group_keys = {k: keys for k in swept if k not in SEED_KEYS and (keys := config_keys_for(k, jobs))}
     runs = [r for j in jobs for r in j.runs]
     scalars = sorted(set().union(*(r.scalar_keys() for r in runs)))
     media = {k: v for r in runs for k, v in r.media_keys().items()}
@@ -218,7 +218,7 @@ def description(sweep: Sweep) -> str:
     lines = [f"**{sweep.root.name}**: {len(sweep.jobs)} run(s), metric `{sweep.metric}`.", ""]
     if sweep.group_keys:
         lines.append("Swept (grouped by): " + "; ".join(
-            f"`{k}` → " + (", ".join(f"`{c}`" for c in keys) or "not in the config") for k, keys in sweep.group_keys.items()))
+            f"`{k}` → " + ", ".join(f"`{c}`" for c in keys) for k, keys in sweep.group_keys.items()))
     seeds = [k for k in sweep.swept if k in SEED_KEYS]
     if seeds:
         lines.append(f"Seeds: `{seeds[0]}` varies; curves and bars show the mean ± std over them.")
@@ -385,7 +385,10 @@ def publish(path: Path, entity: str | None, project: str | None) -> str:
 
 # ---------------------------------------------------------------------------------------------------- command line
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnlab.workspace", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m attnlab.workspace",
+        description="Build the W&B workspace that reviews a sweep (or run) folder from its offline W&B runs and save "
+                    "it there, with no network; --publish uploads it once the runs are synced (`wandb sync`).")
     parser.add_argument("dir", type=Path, help="a sweep folder (multiruns/<time>), a run folder, or a claim's folder")
     parser.add_argument("--metric", help="the metric to review (default: the runs' optimized_metric, else val/loss)")
     parser.add_argument("--entity", help="W&B entity (default: the runs', else your default entity at --publish)")
@@ -407,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
     n_panels = sum(len(s["panels"]) for s in view["spec"]["section"]["panelBankConfig"]["sections"])
-    grouping = "; ".join(f"{k} -> {', '.join(v) or '(not in the config)'}" for k, v in sweep.group_keys.items())
+    grouping = "; ".join(f"{k} -> {', '.join(v)}" for k, v in sweep.group_keys.items())
     print(f"{len(sweep.jobs)} run(s), {len(sweep.settings())} setting(s); grouped by: {grouping or 'nothing swept'}")
     for d in sweep.without_runs:
         print(f"note: {d} has no W&B run (left out)")
