@@ -133,5 +133,6 @@ def test_norm_by_seed_sweep_workspace_and_leet(tmp_path, cache_dir):
                    "trainer.enable_progress_bar=false", f"hydra.sweep.dir={sweep}"], cache_dir)
     assert out.returncode == 0, out.stdout[-3000:]
     view = check_sweep_workspace(sweep, {"norm": ["norm.layer._target_"]}, n_runs=4, seeds=True)
-    assert "| norm=pre | 2 |" in view["spec"]["section"]["panelBankConfig"]["sections"][0]["panels"][0]["config"]["value"]
+    review_text = view["spec"]["section"]["panelBankConfig"]["sections"][0]["panels"][0]["config"]["value"]
+    assert "| norm=pre | 2 |" in review_text and "| norm=rms | 2 |" in review_text
     check_leet_opens(sweep / "0")
