@@ -9,6 +9,7 @@ import pytest
 import torch
 from cli_checks import TINY, one_error_line
 from helpers import compose_train, run_cli
+from workspace_checks import check_leet_opens, check_sweep_workspace
 
 from attnlab.train import run
 
@@ -68,7 +69,8 @@ def test_ddp_cpu_single_run(tmp_path, cache_dir):
 
 
 def test_ddp_cpu_inside_multirun_with_wandb_offline(tmp_path, cache_dir):
-    """Two DDP jobs in one sweep: two job dirs, rank 1 in each, one offline W&B run per job with attention maps."""
+    """Two DDP jobs in one sweep: two job dirs, rank 1 in each, one offline W&B run per job with attention maps, which
+    `wandb leet` opens and `python -m attnlab.workspace` turns into the sweep's W&B workspace."""
     sweep = tmp_path / "sweep"
     out = run_cli(["-m", "model=causal_lm", "debug=fast", "trainer=ddp_cpu", "norm=pre,rms", f"hydra.sweep.dir={sweep}"], cache_dir)
     assert out.returncode == 0, out.stdout[-3000:]
@@ -86,6 +88,9 @@ def test_ddp_cpu_inside_multirun_with_wandb_offline(tmp_path, cache_dir):
     for tag in (b"causal_lm", b"norm=rms", b"ffn=gelu", b"moe=off", b"pos=learned"):
         assert tag in record
     assert b"model.net.d_model" in record  # the full config, flattened
+    # the sweep's offline runs open in `wandb leet`, and its W&B workspace builds from them (tests/workspace_checks.py)
+    check_leet_opens(sweep / "0")
+    check_sweep_workspace(sweep, {"norm": ["norm.layer._target_"]}, n_runs=2)
 
 
 def test_compile_true_trains_and_checkpoints_only_the_net(tmp_path, cache_dir):
