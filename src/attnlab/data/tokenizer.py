@@ -29,6 +29,7 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from attnlab.data.normalization import normalizer_json
+from attnlab.utils.config import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -216,9 +217,7 @@ def train_bpe(text: str, vocab_size: int, normalizer: normalizers.Normalizer | N
     """
     min_size = len(SPECIAL_TOKENS) + 256
     if vocab_size < min_size:
-        raise ValueError(
-            f"vocab_size must be >= {min_size} (4 specials + 256 bytes), got {vocab_size}"
-        )
+        raise ConfigError(f"data.vocab_size must be >= {min_size} (4 specials + 256 bytes), got {vocab_size}")
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizer()
     tok.decoder = decoders.ByteLevel()

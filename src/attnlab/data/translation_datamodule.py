@@ -47,6 +47,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from attnlab.data.errors import ConfigError, DataError
+from attnlab.data.hf_source import HF_OPTIONS, hf_pairs, load_hf
 from attnlab.data.loading import BatchDataset, MidEpochResume, batch_loader
 from attnlab.data.normalization import TextNormalization
 from attnlab.data.numbers import load_or_generate_numbers
@@ -62,7 +63,7 @@ from attnlab.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer, train_o
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("numbers", "tsv")
+SOURCES = ("numbers", "tsv", "hf")
 # Source-side normalization when the config declares none (conf/data/{numbers,tsv}.yaml declare these explicitly).
 # numbers: the corpus is num2words' English without commas, lower case, single spaces; a user's "Three hundred and
 # five." or num2words' own "one million, two hundred" must reach the model as that training form. Case is folded
@@ -71,6 +72,7 @@ DEFAULT_NORMALIZATION = {
     "numbers": {"unicode": "NFKC", "remove": ",.;:!?", "whitespace": True, "case": "corpus_words"},
     "tsv": {"unicode": "NFC", "remove": "", "whitespace": True, "case": "keep"},
 }
+DEFAULT_NORMALIZATION["hf"] = DEFAULT_NORMALIZATION["tsv"]
 
 
 # --------------------------------------------------------------------------------------
@@ -158,7 +160,8 @@ def encode_sources(tokenizer: BPETokenizer, texts: Sequence[str], src_eos: bool 
 # DataModule
 # --------------------------------------------------------------------------------------
 class TranslationDataModule(MidEpochResume, L.LightningDataModule):
-    """English number words -> French/German (``source="numbers"``), or a user's TSV (``source="tsv"``).
+    """English number words -> French/German (``source="numbers"``), or a user's corpus: a TSV (``source="tsv"``)
+    or a Hugging Face dataset (``source="hf"``, data/hf_source.py).
 
     ``vocab_size`` is the tokenizer's size cap (what the model config reads, like the LM data); the real size is
     ``self.vocab_size`` after ``setup()``. ``seq_len`` bounds both sides: ``len(src) <= seq_len`` (with <eos>)
@@ -187,7 +190,10 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
         test_path: str | None = None,
         val_fraction: float = 0.05,
         test_fraction: float = 0.05,
-        # both
+        # hf (Hugging Face datasets at `path`): name, split, src_column/tgt_column or translation_column with
+        # src_lang/tgt_lang, datasets_cache (see conf/data/hf.yaml and data/hf_source.py)
+        hf: dict | None = None,
+        # all
         bucket_edges: Iterable[int] = DEFAULT_BUCKET_EDGES,
         normalize: dict | None = None,
         vocab_size: int = 512,
@@ -206,8 +212,14 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
             raise ConfigError(f"unknown data source {source!r}; valid sources: {', '.join(SOURCES)}")
         if source == "tsv" and not path:
             raise ConfigError("source='tsv' needs path=<a tab-separated file: source<TAB>target per line>")
-        if source == "tsv" and copy_names:
+        if source == "hf" and not path:
+            raise ConfigError("data=hf needs data.path=<a parquet/json/jsonl/arrow/csv file or glob, a saved dataset "
+                              "folder, or a hub name>")
+        if source != "numbers" and copy_names:
             raise ConfigError("copy_names applies to source='numbers' only")
+        unknown = set(hf or {}) - set(HF_OPTIONS)
+        if unknown:
+            raise ConfigError(f"unknown data.hf option(s) {', '.join(sorted(unknown))}; valid: {', '.join(HF_OPTIONS)}")
         if seq_len < 2 or batch_size < 1:
             raise ConfigError(f"seq_len must be >= 2 and batch_size >= 1, got {seq_len}, {batch_size}")
         bucket_edges = check_bucket_edges(bucket_edges)
@@ -217,6 +229,8 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
         self.save_hyperparameters()
         self.hparams.bucket_edges = list(bucket_edges)
         self.hparams.normalize = self.normalization.as_dict()
+        # plain types only (checkpoints load with weights_only=True), every option recorded
+        self.hparams.hf = {**HF_OPTIONS, **{str(k): v for k, v in (hf or {}).items()}} if source == "hf" else None
         self.bucket_names: list[str] = bucket_names(bucket_edges)
         self.tokenizer: BPETokenizer | None = None
         self.vocab_size: int | None = None  # real tokenizer size, known after setup()
@@ -236,19 +250,30 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
                 copy_fraction=hp.copy_fraction, copy_test_size=hp.copy_test_size, bucket_edges=hp.bucket_edges,
             )  # fmt: skip
             return splits
-        edges = hp.bucket_edges
-        pairs = read_parallel_tsv(hp.path, edges)
-        val_fraction = 0.0 if hp.val_path else hp.val_fraction
-        test_fraction = 0.0 if hp.test_path else hp.test_fraction
-        splits = split_pairs(pairs, val_fraction, test_fraction, hp.seed)
-        if hp.val_path:
-            splits["val"] = read_parallel_tsv(hp.val_path, edges)
-        if hp.test_path:
-            splits["test"] = read_parallel_tsv(hp.test_path, edges)
+        given = self._read_user_splits()  # train, and val / test where the user's data has them
+        val_fraction = 0.0 if "val" in given else hp.val_fraction
+        test_fraction = 0.0 if "test" in given else hp.test_fraction
+        splits = split_pairs(given.pop("train"), val_fraction, test_fraction, hp.seed)
+        splits.update(given)
         for name in ("val", "test"):
             if not splits[name]:
                 raise DataError(f"the {name} split of {hp.path} is empty: give {name}_fraction > 0 or {name}_path")
         return splits
+
+    def _read_user_splits(self) -> dict[str, list[Pair]]:
+        hp, edges = self.hparams, self.hparams.bucket_edges
+        if hp.source == "hf":
+            opts = hp.hf
+            loaded = load_hf(hp.path, opts["name"], opts["split"], opts["datasets_cache"])
+            columns = {k: opts[k] for k in ("src_column", "tgt_column", "translation_column", "src_lang", "tgt_lang")}
+            return {split: hf_pairs(d, **columns, edges=edges, where=f"{hp.path} [{split}]")
+                    for split, d in loaded.items()}
+        given = {"train": read_parallel_tsv(hp.path, edges)}
+        if hp.val_path:
+            given["val"] = read_parallel_tsv(hp.val_path, edges)
+        if hp.test_path:
+            given["test"] = read_parallel_tsv(hp.test_path, edges)
+        return given
 
     def _tokenizer(self, splits: dict[str, list[Pair]]) -> BPETokenizer:
         """The joint tokenizer, trained on the train split's normalized sources and verbatim targets; it stores the

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationKeyError
 
 from ..data.numbers import TARGET_LANGS
 from ..decoding.scheduled_sampling import SCHEDULES
@@ -318,12 +319,28 @@ def missing_values(node: Any, prefix: str) -> list[str]:
     return found
 
 
+def _choices(cfg: DictConfig) -> dict[str, str]:
+    """The config group choices of this run (empty outside a Hydra job, e.g. a composed config in a test)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return {k: str(v) for k, v in HydraConfig.get().runtime.choices.items()}
+    except ValueError:
+        return {}
+
+
 def config_problems(cfg: DictConfig) -> list[str]:
     """Every problem found, one phrase each (empty: the config is fine)."""
     missing = [k for top in ("data", "model") for k in missing_values(cfg.get(top), top)]
     if missing:  # nothing else can be resolved reliably before these are given
         return [f"{k} is not set: give it on the command line ({k}=...)" for k in missing]
-    flat = _checked_values(cfg)
+    try:
+        flat = _checked_values(cfg)
+    except InterpolationKeyError as e:  # e.g. model=vit with data=pydoc: the model reads a key that data lacks
+        choices = _choices(cfg)
+        return [f"{e.full_key} reads ${{{str(e).split(chr(39))[1]}}}, which data={choices.get('data', '?')} does not "
+                f"have: model={choices.get('model', '?')} needs a data option made for it (leave `data` out to get "
+                f"the model's own)"]
     problems = []
     for key, value in flat.items():
         for pattern, check in _COMPILED:

@@ -1,0 +1,112 @@
+"""data=hf: Hugging Face `datasets` read from files the test writes (parquet, jsonl, a saved DatasetDict); a hub name
+offline fails in one line naming the caches. The library and its readers are real; nothing is downloaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import run_cli
+
+from attnlab.data.errors import ConfigError, DataError, DataFileNotFoundError
+from attnlab.data.hf_source import hf_pairs, iter_text, load_hf
+from attnlab.data.translation_datamodule import TranslationDataModule
+
+datasets = pytest.importorskip("datasets")
+
+EN = ["one", "two", "three", "four hundred", "five", "six thousand and six", "seven", "eight", "nine", "ten"]
+FR = ["un", "deux", "trois", "quatre cents", "cinq", "six mille six", "sept", "huit", "neuf", "dix"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("hf")
+    rows = [{"translation": {"en": e, "fr": f}, "text": f"{e} = {f}"} for e, f in zip(EN, FR)]
+    datasets.Dataset.from_list(rows).to_parquet(str(d / "pairs.parquet"))
+    (d / "pairs.jsonl").write_text("".join(json.dumps({"en": e, "fr": f}) + "\n" for e, f in zip(EN, FR)))
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows[:6]),
+                          "validation": datasets.Dataset.from_list(rows[6:8]),
+                          "test": datasets.Dataset.from_list(rows[8:])}).save_to_disk(str(d / "saved"))
+    (d / "pairs.txt").write_text("not a format datasets reads by suffix\n")
+    return d
+
+
+def test_a_translation_column_and_two_columns_give_the_same_pairs(files, tmp_path):
+    (parquet,) = load_hf(str(files / "pairs.parquet"), cache_dir=str(tmp_path)).values()
+    (jsonl,) = load_hf(str(files / "pairs.jsonl"), cache_dir=str(tmp_path)).values()
+    a = hf_pairs(parquet, src_lang="en", tgt_lang="fr")
+    b = hf_pairs(jsonl, src_column="en", tgt_column="fr")
+    assert [(p.src, p.tgt, p.line) for p in a] == [(p.src, p.tgt, p.line) for p in b] == \
+        [(e, f, i) for i, (e, f) in enumerate(zip(EN, FR), start=1)]
+    assert a[3].bucket == 0 and a[5].bucket == 1  # "four hundred": 2 words; "six thousand and six": 4 words
+    assert list(iter_text(parquet, batch_size=3)) == [f"{e} = {f}" for e, f in zip(EN, FR)]
+
+
+def test_a_saved_dataset_dict_keeps_its_splits(files, tmp_path):
+    dm = TranslationDataModule(source="hf", path=str(files / "saved"), vocab_size=300, seq_len=16, batch_size=2,
+                               hf={"src_lang": "en", "tgt_lang": "fr"}, cache_dir=str(tmp_path))
+    dm.prepare_data()
+    dm.setup("fit")
+    assert {k: [p.src for p in v] for k, v in dm.splits.items()} == {"train": EN[:6], "val": EN[6:8],
+                                                                     "test": EN[8:]}
+    assert dm.hparams.hf["src_lang"] == "en" and isinstance(dm.hparams.hf, dict)  # plain, for safe checkpoints
+
+
+def test_one_file_is_split_by_seed_into_train_val_test(files, tmp_path):
+    dm = TranslationDataModule(source="hf", path=str(files / "pairs.jsonl"), vocab_size=300, seq_len=16,
+                               val_fraction=0.2, test_fraction=0.2, hf={"src_column": "en", "tgt_column": "fr",
+                                                                        "datasets_cache": str(tmp_path / "c")},
+                               cache_dir=str(tmp_path))
+    dm.prepare_data()
+    dm.setup("fit")
+    sizes = {k: len(v) for k, v in dm.splits.items()}
+    assert sizes == {"train": 6, "val": 2, "test": 2}
+    assert sorted(p.src for v in dm.splits.values() for p in v) == sorted(EN)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"path": "{d}/missing.parquet"}, DataFileNotFoundError, "data.path does not exist"),
+    ({"path": "{d}/nowhere/"}, DataFileNotFoundError, "does not exist"),
+    ({"path": "{d}/pairs.txt"}, DataError, "cannot read .txt files"),
+    ({"path": "{d}/pairs.jsonl", "src_column": "english", "tgt_column": "fr"}, DataError,
+     "has no column 'english' for the source (data.hf.src_column); its columns: en, fr"),
+    ({"path": "{d}/pairs.parquet"}, ConfigError, "give data.hf.src_lang and data.hf.tgt_lang (column 'translation' "
+                                                 "has languages ['en', 'fr'])"),
+    ({"path": "{d}/pairs.parquet", "src_lang": "en", "tgt_lang": "de"}, DataError, "not 'en' and 'de'"),
+    ({"path": "{d}/pairs.jsonl"}, ConfigError, "give data.hf.src_column and data.hf.tgt_column, or"),
+])
+def test_bad_input_is_one_line(files, tmp_path, kwargs, error, message):
+    path = kwargs.pop("path").format(d=files)
+    with pytest.raises(error) as info:
+        for split, d in load_hf(path, cache_dir=str(tmp_path)).items():
+            hf_pairs(d, **kwargs, where=path)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_empty_sentence_names_the_row(tmp_path):
+    (tmp_path / "p.jsonl").write_text('{"en": "one", "fr": "un"}\n{"en": "two", "fr": "  "}\n')
+    (d,) = load_hf(str(tmp_path / "p.jsonl"), cache_dir=str(tmp_path / "c")).values()
+    with pytest.raises(DataError, match=r"p.jsonl row 2: empty target sentence"):
+        hf_pairs(d, src_column="en", tgt_column="fr", where=str(tmp_path / "p.jsonl"))
+
+
+def test_train_py_reads_a_jsonl_and_a_hub_name_offline_fails_in_one_line(files, tmp_path, cache_dir):
+    """Through the entry point: a real (tiny) training run on data=hf, and the offline hub error."""
+    common = ["model=transformer_mt", "data=hf", "debug=fast", "logger=none", "callbacks=none", "trainer=cpu",
+              "test=false", f"data.hf.datasets_cache={tmp_path / 'hf_cache'}"]
+    ok = run_cli([*common, f"data.path={files / 'pairs.jsonl'}", "data.hf.src_column=en", "data.hf.tgt_column=fr",
+                  "data.val_fraction=0.2", "data.test_fraction=0.2", "data.vocab_size=300",
+                  f"hydra.run.dir={tmp_path / 'run'}"], cache_dir=cache_dir)
+    assert ok.returncode == 0, ok.stdout[-3000:]
+    assert "val/loss = " in ok.stdout and "Traceback" not in ok.stdout  # trained, validated on the carved split
+    hub = run_cli([*common, "data.path=attnlab-tests/no-such-dataset", f"hydra.run.dir={tmp_path / 'hub'}"],
+                  cache_dir=cache_dir, env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    assert hub.returncode == 2, hub.stdout[-3000:]
+    lines = [x for x in hub.stdout.splitlines() if "could not load" in x]
+    assert len(lines) == 1 and "Traceback" not in hub.stdout, hub.stdout[-3000:]
+    assert "could not load 'attnlab-tests/no-such-dataset' from the Hugging Face hub" in lines[0]
+    assert f"looked in {tmp_path / 'hf_cache'} and " in lines[0]
+    vit = run_cli(["model=vit", "data=hf", "data.path=x", *common[2:]], cache_dir=cache_dir)
+    assert vit.returncode == 2 and "reads ${data.image_size}, which data=hf does not have: model=vit needs a data " \
+        "option made for it" in vit.stdout and "Traceback" not in vit.stdout, vit.stdout[-2000:]
