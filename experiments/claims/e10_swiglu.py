@@ -1,7 +1,7 @@
 """E10: SwiGLU vs ReLU feed-forward at a matched parameter count: loss at equal steps, steps to a loss threshold.
 
-Parameters are matched by construction (SwiGLU: three d×⅔·4d matrices, ReLU: two d×4d, see
-:mod:`attnlab.modules.feedforward`); the analysis counts them from each job's built net and puts them in the table.
+Parameters are matched by construction (SwiGLU: three bias-free d×⅔·4d matrices as in LLaMA/PaLM, ReLU: two d×4d
+with biases, see :mod:`attnlab.modules.feedforward`); the analysis counts them from each job's built net and puts them in the table.
 "Faster convergence" is measured as the number of steps each activation needs to reach ReLU's final validation
 loss (read off the seed-averaged validation curves, linearly interpolated between validation points).
 """
