@@ -87,7 +87,9 @@ def test_swiglu_params_match_relu_within_two_percent():
 @pytest.mark.parametrize("option", list(GATED))
 def test_gated_units_are_bias_free_by_default_and_take_biases_on_request(option):
     """LLaMA/PaLM's SwiGLU (and Shazeer's GLU variants) have no biases; the plain FFN keeps the Transformer's."""
-    linears = lambda m: [m.up_proj, m.down_proj] + ([m.gate_proj] if m.gate_proj is not None else [])  # noqa: E731
+    def linears(m: FeedForward) -> list[nn.Linear]:
+        return [m.up_proj, m.down_proj] + ([m.gate_proj] if m.gate_proj is not None else [])
+
     default = build_ffn(option, 16)
     assert all((lin.bias is None) == GATED[option] for lin in linears(default))
     assert all(lin.bias is not None for lin in linears(build_ffn(option, 16, bias=True)))  # ffn.bias=true
