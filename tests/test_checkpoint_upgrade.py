@@ -44,11 +44,42 @@ def test_old_specs_become_the_parts_they_meant():
     assert isinstance(layer.sa_norm, torch.nn.RMSNorm) and layer.placement == "pre"
     assert isinstance(layer.ffn, MixtureOfExperts) and layer.ffn.num_experts == 2
     assert all(e.gate_proj is not None and isinstance(e.activation, torch.nn.SiLU) for e in layer.ffn.experts)
+    # trained with the biased SwiGLU of then: loads with its biases although ffn=swiglu is bias-free today
+    assert all(lin.bias is not None for e in layer.ffn.experts for lin in (e.up_proj, e.gate_proj, e.down_proj))
     assert isinstance(net.positions, RotaryPositions) and layer.self_attn.positions is net.positions.attention
     mt = load_task(LEGACY["mt_copy"], Task, "attnlab")[0].net  # norm=post pos=sinusoidal copy=true
     assert mt.copy and isinstance(mt.src_positions, SinusoidalPositions)
     assert all(layer.placement == "post" for layer in [*mt.encoder.layers, *mt.decoder.layers])
     assert isinstance(mt.decoder.final_norm, torch.nn.Identity)
+
+
+def swiglu_checkpoint(tmp_path, spec_form: bool, drop_bias: bool = False):
+    """The SwiGLU LM of ``legacy_lm_parts.ckpt`` as a checkpoint of either layout from before SwiGLU became
+    bias-free: the old spec form (``ffn: {activation: swiglu, ...}``), or the parts form train.py wrote with the
+    old conf/ffn/swiglu.yaml (``bias: true``) and today's key names; optionally without the ``bias`` key."""
+    raw = read_checkpoint(LEGACY["lm_parts"])
+    net = raw["hyper_parameters"]["net"]
+    if not spec_form:
+        net = raw["hyper_parameters"]["net"] = upgrade_net_config(net)
+        assert net["ffn"]["bias"] is True and net["ffn"]["gated"] is True
+        upgrade_state_dict(raw["state_dict"], net["_target_"])
+    if drop_bias:
+        del net["ffn"]["bias"]
+    torch.save(raw, tmp_path / "old_swiglu.ckpt")
+    return tmp_path / "old_swiglu.ckpt", raw
+
+
+@pytest.mark.parametrize("spec_form, drop_bias", [(True, False), (True, True), (False, False)])
+def test_swiglu_checkpoints_from_before_bias_free_load_with_their_biases(tmp_path, spec_form, drop_bias):
+    path, raw = swiglu_checkpoint(tmp_path, spec_form, drop_bias)
+    task, _ = load_task(path, Task, "attnlab")  # strict: the bias tensors must find a home
+    experts = task.net.decoder.layers[0].ffn.experts
+    assert all(lin.bias is not None for e in experts for lin in (e.up_proj, e.gate_proj, e.down_proj))
+    state = task.net.state_dict()
+    old = {k.removeprefix("net."): v for k, v in raw["state_dict"].items() if k.startswith("net.")}
+    if spec_form:
+        upgrade_state_dict(old, raw["hyper_parameters"]["net"]["_target_"], prefix="")
+    assert state.keys() == old.keys() and all(torch.equal(state[k], old[k]) for k in state)
 
 
 def test_upgrading_is_idempotent_and_leaves_todays_checkpoints_alone():

@@ -72,6 +72,7 @@ def test_block_groups_reach_every_block(norm, ffn, moe, tmp_path):
         for e in experts:
             assert isinstance(e, FeedForward) and isinstance(e.activation, ACTS[ffn])
             assert (e.gate_proj is not None) == (ffn == "swiglu")
+            assert (e.up_proj.bias is None) == (e.down_proj.bias is None) == (ffn == "swiglu")  # SwiGLU: bias-free
     assert isinstance(net.decoder.final_norm, torch.nn.Identity) == (norm == "post")
 
 

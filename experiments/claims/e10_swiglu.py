@@ -1,7 +1,7 @@
 """E10: SwiGLU vs ReLU feed-forward at a matched parameter count: loss at equal steps, steps to a loss threshold.
 
-Parameters are matched by construction (SwiGLU: three d×⅔·4d matrices, ReLU: two d×4d, see
-:mod:`attnlab.modules.feedforward`); the analysis counts them from each job's built net and puts them in the table.
+Parameters are matched by construction (SwiGLU: three bias-free d×⅔·4d matrices as in LLaMA/PaLM, ReLU: two d×4d
+with biases, see :mod:`attnlab.modules.feedforward`); the analysis counts them from each job's built net and puts them in the table.
 "Faster convergence" is measured as the number of steps each activation needs to reach ReLU's final validation
 loss (read off the seed-averaged validation curves, linearly interpolated between validation points).
 """
@@ -99,7 +99,8 @@ def analyze(ctx: Context) -> Result:
                   f"{lead[mid]:+.3f} (> 0: SwiGLU ahead). ReLU's final val loss {threshold:.3f} (seed mean): "
                   + reach + trend),
         notes=("A 4-layer, d=128 GPT for a few hundred steps on ~100k tokens, the same learning rate and schedule "
-               "for both (tuned for neither). This is early training: Shazeer (2020) measured GLU gains of a few "
+               "for both (tuned for neither). SwiGLU is bias-free as in LLaMA and PaLM (ffn.bias=true adds biases), "
+               "ReLU keeps the Transformer's biases. This is early training: Shazeer (2020) measured GLU gains of a few "
                "hundredths of a nat after far longer training at much larger scale. A likely reason for SwiGLU's "
                "slow start here (not tested): with every projection initialized at std 0.02, silu(gate)·up is a "
                "product of two small terms, so the unit starts with a much smaller output and gradient than ReLU's."),

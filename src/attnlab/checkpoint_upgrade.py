@@ -45,6 +45,7 @@ def upgrade_ffn(spec: Mapping) -> dict:
     return {"_target_": "attnlab.modules.feedforward.FeedForward", "_partial_": True,
             "activation": {"_target_": ACTIVATIONS[activation]}, "gated": activation == "swiglu",
             "hidden_mult": spec.get("hidden_mult", 4.0), "multiple_of": spec.get("multiple_of", 8),
+            # explicit: an old spec without the key had biases (SwiGLU included), today's gated default has none
             "bias": spec.get("bias", True)}
 
 

@@ -145,7 +145,8 @@ def test_moe_losses_from_model():
     assert moe_losses(make_lm()) == {}
     model(ids())
     losses = moe_losses(model)
-    assert losses["moe/load_balance"].item() >= 1.0 - 1e-6
+    # near k = 2 (the balanced value) for a router at initialization, far below the collapsed E = 4
+    assert 2.0 - 0.05 < losses["moe/load_balance"].item() < 2.5
     assert losses["moe/loss"].requires_grad
 
 

@@ -77,9 +77,26 @@ def test_hidden_dim_known_values():
 
 def test_swiglu_params_match_relu_within_two_percent():
     relu, sw = build_ffn("relu", 384, hidden_mult=4.0), build_ffn("swiglu", 384, hidden_mult=4.0)
-    assert n_params(relu) == 2 * 384 * 1536 + 1536 + 384
-    assert n_params(sw) == 3 * 384 * 1024 + 2 * 1024 + 384
+    assert n_params(relu) == 2 * 384 * 1536 + 1536 + 384  # with biases
+    assert n_params(sw) == 3 * 384 * 1024  # bias-free
     assert abs(n_params(sw) - n_params(relu)) / n_params(relu) < 0.02
+    # E10's size (d = 128): 132,096 vs 131,712, 0.3 % apart
+    assert n_params(build_ffn("swiglu", 128)) == 3 * 128 * 344 and n_params(build_ffn("relu", 128)) == 131_712
+
+
+@pytest.mark.parametrize("option", list(GATED))
+def test_gated_units_are_bias_free_by_default_and_take_biases_on_request(option):
+    """LLaMA/PaLM's SwiGLU (and Shazeer's GLU variants) have no biases; the plain FFN keeps the Transformer's."""
+    def linears(m: FeedForward) -> list[nn.Linear]:
+        return [m.up_proj, m.down_proj] + ([m.gate_proj] if m.gate_proj is not None else [])
+
+    default = build_ffn(option, 16)
+    assert all((lin.bias is None) == GATED[option] for lin in linears(default))
+    assert all(lin.bias is not None for lin in linears(build_ffn(option, 16, bias=True)))  # ffn.bias=true
+    assert all(lin.bias is None for lin in linears(build_ffn(option, 16, bias=False)))
+    # the same default in code as in the YAML
+    code = FeedForward(16, gated=GATED[option])
+    assert [lin.bias is None for lin in linears(code)] == [lin.bias is None for lin in linears(default)]
 
 
 def test_bias_switch_and_dropout():

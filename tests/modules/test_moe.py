@@ -82,16 +82,44 @@ def test_expert_fraction_matches_route_counts():
     torch.testing.assert_close(moe.expert_fraction, counts / counts.sum())
 
 
-def test_load_balance_loss_is_one_for_uniform_router():
-    moe = make_moe(2)
+def mixtral_load_balancing_loss(router_logits: torch.Tensor, num_experts: int, top_k: int) -> torch.Tensor:
+    """HF Mixtral's ``load_balancing_loss_func`` (modeling_mixtral.py) for one layer without padding, written out
+    from its definition: softmax, top-k, one-hot assignments (N, k, E) averaged over tokens, times the mean router
+    probability of each expert, summed over slots and experts, times E."""
+    routing_weights = router_logits.softmax(dim=-1)
+    selected = routing_weights.topk(top_k, dim=-1).indices
+    expert_mask = nn.functional.one_hot(selected, num_experts).float()  # (N, k, E)
+    tokens_per_expert = expert_mask.mean(dim=0)  # (k, E)
+    router_prob_per_expert = routing_weights.mean(dim=0)  # (E,)
+    return (tokens_per_expert * router_prob_per_expert[None]).sum() * num_experts
+
+
+@pytest.mark.parametrize("top_k", [1, 2, 3])
+def test_load_balance_loss_equals_mixtral_reference(top_k):
+    for seed in range(3):
+        moe = make_moe(top_k, seed=seed)
+        x = torch.randn(37, D)
+        moe(x)
+        ref = mixtral_load_balancing_loss(moe.router(x).float(), E, top_k)
+        torch.testing.assert_close(moe.aux_loss, ref, rtol=1e-6, atol=0)
+        # the Switch Transformer form at k = 1: E · Σ_e (fraction of tokens to e) · (mean probability of e)
+        if top_k == 1:
+            counts = torch.bincount(moe.router(x).argmax(-1), minlength=E).float()
+            p = moe.router(x).softmax(-1).mean(0)
+            torch.testing.assert_close(moe.aux_loss, E * (counts / 37 * p).sum(), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("top_k", [1, 2, 3])
+def test_load_balance_loss_is_k_for_uniform_router(top_k):
+    moe = make_moe(top_k)
     nn.init.zeros_(moe.router.weight)
     moe(torch.randn(32, D))
-    assert moe.aux_loss.item() == pytest.approx(1.0, abs=1e-6)
+    assert moe.aux_loss.item() == pytest.approx(top_k, abs=1e-6)
     assert moe.z_loss.item() == pytest.approx(math.log(E) ** 2, abs=1e-5)
-    assert moe.loss().item() == pytest.approx(0.01 * 1.0 + 0.001 * math.log(E) ** 2, abs=1e-6)
+    assert moe.loss().item() == pytest.approx(0.01 * top_k + 0.001 * math.log(E) ** 2, abs=1e-6)
 
 
-def test_load_balance_loss_above_one_for_biased_router():
+def test_load_balance_loss_of_a_collapsed_router_approaches_e():
     moe = make_moe(1)
     with torch.no_grad():
         moe.router.weight.zero_()
@@ -99,10 +127,20 @@ def test_load_balance_loss_above_one_for_biased_router():
     x = torch.randn(32, D).abs()
     moe(x)
     assert moe.expert_fraction[2].item() == 1.0
-    assert moe.aux_loss.item() > 1.5
-    # the explicit formula E * sum_e f_e * P_e
-    p = moe.router(x).softmax(-1).mean(0)
-    assert moe.aux_loss.item() == pytest.approx(E * (moe.expert_fraction * p).sum().item(), rel=1e-6)
+    p2 = moe.router(x).softmax(-1)[:, 2].mean().item()
+    assert moe.aux_loss.item() == pytest.approx(E * p2, rel=1e-6)  # f = (0, 0, 1, 0): E · P_2
+    assert 1.5 < moe.aux_loss.item() <= E
+
+
+@pytest.mark.slow  # importing transformers takes seconds; the formula above is the default test
+def test_load_balance_loss_equals_hf_mixtral():
+    mixtral = pytest.importorskip("transformers.models.mixtral.modeling_mixtral")
+    for top_k in (1, 2, 3):
+        moe = make_moe(top_k, seed=top_k)
+        x = torch.randn(29, D)
+        moe(x)
+        ref = mixtral.load_balancing_loss_func((moe.router(x).float(),), E, top_k)
+        torch.testing.assert_close(moe.aux_loss, ref, rtol=1e-6, atol=0)
 
 
 def test_z_loss_grows_with_router_scale():

@@ -8,6 +8,11 @@ with the width (``ffn(dim=d_model, dropout=...)``). ReLU vs GELU vs SwiGLU is th
     gated: down(act(gate(x)) * up(x))       three matrices d×h', h' = ⅔ · hidden_mult · d,     -> 3·d·h' ≈ 2·d·h
                                             rounded up to a multiple of ``multiple_of`` (LLaMA's rule)
 so that parameter counts compare (claim E10 is about quality at equal size).
+
+Biases: by default the plain units have them (the Transformer's FFN) and the gated ones do not (LLaMA's and PaLM's
+SwiGLU, Shazeer's GLU variants); ``bias`` overrides either (``ffn.bias=true``). Gated units had biases before
+issue 15; their checkpoints still build biased ones, because every conf/ffn YAML has always written ``bias`` into
+the config a checkpoint stores (and :mod:`attnlab.checkpoint_upgrade` gives the older spec form ``bias=True``).
 """
 
 from __future__ import annotations
@@ -35,10 +40,12 @@ class FeedForward(nn.Module):
         gated: bool = False,
         hidden_mult: float = 4.0,
         multiple_of: int = 8,
-        bias: bool = True,
+        bias: bool | None = None,
         dropout: float = 0.0,
     ):
         super().__init__()
+        if bias is None:  # the references' choice: biases in the plain FFN, none in the GLU family
+            bias = not gated
         hidden = ffn_hidden_dim(dim, hidden_mult, multiple_of, gated)
         # registration order up, down, activation, gate: the state-dict and optimizer order of earlier checkpoints
         self.up_proj, self.down_proj = nn.Linear(dim, hidden, bias=bias), nn.Linear(hidden, dim, bias=bias)

@@ -7,8 +7,14 @@ that each expert sees one contiguous slice, runs once on it, and the results are
 (``index_add_``). The only Python loop is over the E experts.
 
 Auxiliary losses (kept on the module after each forward; the task adds them to its loss and logs them):
-* load balancing (Switch Transformer / Mixtral form): E · Σ_e f_e · P_e with f_e the fraction of assignments
-  routed to expert e and P_e the mean router probability of e. Its minimum, 1, is reached by a uniform router.
+* load balancing, on the scale of HF Mixtral's ``load_balancing_loss_func`` (Switch Transformer's at k = 1):
+  E · Σ_e f_e · P_e, with f_e = (assignments to expert e) / N, the fraction of the N tokens that route to e (each
+  token counts once in each of its k experts, so Σ_e f_e = k), and P_e the mean router probability of e. Its
+  balanced value is k: a uniform router (every P_e = 1/E) gives exactly k, and so do uniform counts with uniform
+  mean probabilities; all tokens on the same k experts with probability near 1 gives up to E. (It is not a strict
+  lower bound: counts that anti-correlate with the mean probabilities can dip below k.) ``aux_loss_coef`` weights
+  it as Switch's α and Mixtral's ``router_aux_loss_coef`` do. Each layer's weighted term is added to the task loss
+  (summed over layers); ``moe/load_balance`` logs the mean over layers, k when balanced.
 * router z-loss (ST-MoE): mean over tokens of logsumexp(logits)², keeps the router logits small.
 """
 
@@ -35,7 +41,7 @@ class MixtureOfExperts(nn.Module):
         self.experts = nn.ModuleList(experts)
         self.router = nn.Linear(dim, len(experts), bias=False)
         self.top_k, self.aux_loss_coef, self.z_loss_coef = top_k, aux_loss_coef, z_loss_coef
-        # Filled by forward: scalar losses (with grad) and the per-expert fraction of assignments (no grad).
+        # Filled by forward: scalar losses (with grad) and each expert's share of the N·k assignments (no grad).
         self.aux_loss: Tensor | None = None
         self.z_loss: Tensor | None = None
         self.expert_fraction: Tensor | None = None
@@ -74,11 +80,11 @@ class MixtureOfExperts(nn.Module):
         out = out * weights.reshape(-1).index_select(0, order)[:, None].to(out.dtype)
         y = torch.zeros(n, shape[-1], dtype=out.dtype, device=x.device).index_add_(0, token, out)
 
-        fraction = counts.float() / (n * k)  # f_e
+        routed = counts.float() / n  # f_e: share of tokens sent to e (sums to k, as Mixtral counts it)
         mean_prob = probs.mean(dim=0)  # P_e
-        self.aux_loss = e * (fraction * mean_prob).sum()
+        self.aux_loss = e * (routed * mean_prob).sum()
         self.z_loss = torch.logsumexp(logits, dim=-1).pow(2).mean()
-        self.expert_fraction = fraction.detach()
+        self.expert_fraction = routed.detach() / k  # each expert's share of the N·k assignments (sums to 1)
         return y.reshape(shape)
 
     def loss(self) -> Tensor:
