@@ -18,6 +18,7 @@ from test_safe_checkpoints import FIXTURES, QUIET, cli
 
 from attnlab.checkpoint_upgrade import upgrade_net_config, upgrade_state_dict
 from attnlab.checkpoints import load_task, read_checkpoint
+from attnlab.decoding.tts import generate_mel
 from attnlab.modules.moe import MixtureOfExperts
 from attnlab.modules.positional import RotaryPositions, SinusoidalPositions
 from attnlab.tasks.base import Task
@@ -49,6 +50,19 @@ def test_old_specs_become_the_parts_they_meant():
     assert mt.copy and isinstance(mt.src_positions, SinusoidalPositions)
     assert all(layer.placement == "post" for layer in [*mt.encoder.layers, *mt.decoder.layers])
     assert isinstance(mt.decoder.final_norm, torch.nn.Identity)
+
+
+def test_a_tts_checkpoint_from_before_text_eos_reads_its_text_without_eos():
+    """text_eos (issue 15) is on by default; a net config without it was trained without <eos> and keeps that."""
+    task = load_task(LEGACY["tts"], Task, "attnlab")[0]
+    assert task.net.text_eos is False and task.net.max_chars == task.net.max_text_len
+    text = torch.tensor([[5, 6, 7, 8]])
+    gen = generate_mel(task.net, text, torch.tensor([4]), max_frames_per_char=1.0)
+    assert gen.attention[0].shape[-1] == 4 and gen.text_lengths.tolist() == [4]
+    cfg = {"_target_": "attnlab.models.tts.TransformerTTS", "vocab_size": 51}
+    assert upgrade_net_config(cfg)["text_eos"] is False
+    assert upgrade_net_config({**cfg, "text_eos": True})["text_eos"] is True
+    assert "text_eos" not in upgrade_net_config({"_target_": "attnlab.models.causal_lm.CausalLM"})
 
 
 def test_upgrading_is_idempotent_and_leaves_todays_checkpoints_alone():
