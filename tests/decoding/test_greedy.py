@@ -37,22 +37,29 @@ def task_for(net: TransformerMT) -> TranslationTask:
     return task.eval()
 
 
+@pytest.mark.parametrize("force", [True, False], ids=["force_eos", "no_eos"])
 @pytest.mark.parametrize("seed", range(6))
-def test_beam_one_in_translation_is_the_argmax_chain_of_generate(seed):
+def test_beam_one_in_translation_is_the_argmax_chain_of_generate(seed, force):
+    """Either length-limit rule: the argmax chain up to the limit; fairseq's (force) then appends a scored EOS to
+    a row the limit cut, so its tokens are the chain's and its log-prob the chain's plus that EOS's."""
     net = peaked_mt(seed)
     src, mask = sources(seed)
-    res = task_for(net).translate_batch(src, mask, beam_size=1, max_len_a=1.0, max_len_b=3)
+    res = task_for(net).translate_batch(src, mask, beam_size=1, max_len_a=1.0, max_len_b=3,
+                                        force_eos_at_max_len=force)
     limits = (mask.sum(1) + 3).tolist()
     chain = generate(net.stepper(src, mask), torch.full((8, 1), BOS), max(limits), temperature=0.0, eos_id=EOS)[:, 1:]
+    cut = 0
     for b, hyp in enumerate(res.best):
         want = chain[b, : limits[b]]
         stop = (want == EOS).nonzero()
-        want = want[: int(stop[0]) + 1] if len(stop) else want  # up to and with the first EOS
+        want = want[: int(stop[0]) + 1] if len(stop) else torch.cat([want, torch.tensor([EOS] * force)])
+        cut += not len(stop)
         assert torch.equal(hyp, want), (b, hyp.tolist(), want.tolist())
         # its log-prob is the chain's: the sum of log p of each chosen token
         full = torch.cat([torch.tensor([BOS]), hyp])
         lp = net(src[b : b + 1], mask[b : b + 1], full[None, :-1]).log_softmax(-1)[0]
         assert res.logprobs[b, 0].item() == pytest.approx(lp.gather(1, hyp[:, None]).sum().item(), abs=1e-4)
+    assert cut > 0 or seed in (0, 5)  # seeds 1-4 have rows the limit cuts (where the rules differ): 8, 5, 3, 8
 
 
 def test_a_beam_of_one_without_early_stopping_can_end_elsewhere():
