@@ -76,3 +76,23 @@ def test_a_beam_of_one_without_early_stopping_can_end_elsewhere():
         new = greedy_search(net.stepper(src, mask), prefix, limits=limits, eos_id=EOS)
         differ += sum(not torch.equal(a, b) for a, b in zip(old.best, new.best))
     assert differ > 0
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_the_forced_eos_fits_the_decoders_positions(beam_size):
+    """At a limit clamped to the decoder's positions (max_len - 1, <bos> taking one), the forced EOS needs no input
+    position of its own: a row that runs to the limit ends in EOS, max_len tokens in all, without an error."""
+    torch.manual_seed(0)
+    net = TransformerMT(vocab_size=V, d_model=32, n_layers=1, n_heads=4, max_len=6, dropout=0.0, tie_embeddings=False)
+    with torch.no_grad():
+        net.head.weight.mul_(12.0)
+    src, mask = torch.randint(3, V, (8, 6)), torch.ones(8, 6, dtype=torch.bool)
+    task = task_for(net.eval())
+    kw = dict(beam_size=beam_size, max_len_a=2.0, max_len_b=10)  # a·6 + b = 22, clamped to max_len - 1 = 5
+    cut = task.translate_batch(src, mask, force_eos_at_max_len=False, **kw).best
+    forced = task.translate_batch(src, mask, force_eos_at_max_len=True, **kw).best
+    ran_to_limit = [len(h) == 5 and EOS not in h.tolist() for h in cut]
+    assert sum(ran_to_limit) >= 4  # (with this seed: all 8)
+    for h, at_limit in zip(forced, ran_to_limit):
+        assert len(h) <= 6 and h[-1] == EOS and EOS not in h[:-1]
+        assert len(h) == 6 or not at_limit
