@@ -18,6 +18,7 @@ from test_safe_checkpoints import FIXTURES, QUIET, cli
 
 from attnlab.checkpoint_upgrade import upgrade_net_config, upgrade_state_dict
 from attnlab.checkpoints import load_task, read_checkpoint
+from attnlab.decoding.tts import generate_mel
 from attnlab.modules.moe import MixtureOfExperts
 from attnlab.modules.positional import RotaryPositions, SinusoidalPositions
 from attnlab.tasks.base import Task
@@ -80,6 +81,19 @@ def test_swiglu_checkpoints_from_before_bias_free_load_with_their_biases(tmp_pat
     if spec_form:
         upgrade_state_dict(old, raw["hyper_parameters"]["net"]["_target_"], prefix="")
     assert state.keys() == old.keys() and all(torch.equal(state[k], old[k]) for k in state)
+
+
+def test_a_tts_checkpoint_from_before_text_eos_reads_its_text_without_eos():
+    """text_eos (issue 15) is on by default; a net config without it was trained without <eos> and keeps that."""
+    task = load_task(LEGACY["tts"], Task, "attnlab")[0]
+    assert task.net.text_eos is False and task.net.max_chars == task.net.max_text_len
+    text = torch.tensor([[5, 6, 7, 8]])
+    gen = generate_mel(task.net, text, torch.tensor([4]), max_frames_per_char=1.0)
+    assert gen.attention[0].shape[-1] == 4 and gen.text_lengths.tolist() == [4]
+    cfg = {"_target_": "attnlab.models.tts.TransformerTTS", "vocab_size": 51}
+    assert upgrade_net_config(cfg)["text_eos"] is False
+    assert upgrade_net_config({**cfg, "text_eos": True})["text_eos"] is True
+    assert "text_eos" not in upgrade_net_config({"_target_": "attnlab.models.causal_lm.CausalLM"})
 
 
 def test_upgrading_is_idempotent_and_leaves_todays_checkpoints_alone():

@@ -8,6 +8,8 @@ attention flag ``scaled``; the models named their stacks per family (``blocks``,
 with ``_target_`` (:mod:`attnlab.modules.parts`) and every family has ``encoder``/``decoder`` stacks with
 ``layers`` and ``final_norm``, and a ``head``. The parameters are the same tensors, in the same order (so an
 optimizer state resumes as well): only names move, and the ViT's position table loses its leading batch axis.
+Arguments added later with a default that changes behaviour (``ADDED_ARGS``: the TTS's ``text_eos``) are set to
+their old value in a config that does not name them.
 
 :class:`attnlab.tasks.base.Task` calls :func:`upgrade_net_config` before building its net and
 :func:`upgrade_state_dict` in ``on_load_checkpoint`` (Lightning calls it before loading the weights, both for
@@ -67,6 +69,9 @@ def upgrade_pos(spec: Mapping) -> dict:
 SPECS = {"norm": ("kind", upgrade_norm), "ffn": ("activation", upgrade_ffn), "moe": ("enabled", upgrade_moe),
          "pos": ("kind", upgrade_pos)}
 RENAMED_ARGS = {"n_enc_layers": "n_encoder_layers", "n_dec_layers": "n_decoder_layers"}
+# net class -> (argument, the behaviour before it existed): a config without it keeps that behaviour, whatever the
+# argument's default is today (the TTS text's <eos>, issue 15: older models were trained without one)
+ADDED_ARGS = {"TransformerTTS": ("text_eos", False)}
 
 
 def upgrade_net_config(net: Any) -> Any:
@@ -85,6 +90,9 @@ def upgrade_net_config(net: Any) -> Any:
     for old, new in RENAMED_ARGS.items():
         if old in out:
             out[new] = out.pop(old)
+    for target, (arg, old_value) in ADDED_ARGS.items():
+        if str(out.get("_target_", "")).rsplit(".", 1)[-1] == target and arg not in out:
+            out[arg] = old_value
     return out
 
 

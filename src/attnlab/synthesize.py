@@ -10,7 +10,8 @@ this command's run directory (or ``out_dir``):
     utt_NN_mel.png         the generated mel spectrogram (one panel per piece, see below)
     utt_NN_alignment.png   the cross-attention (characters across, decoder steps up)
 
-An utterance longer than the model's character positions (``max_text_len``, 256 by default) is spoken in pieces, the
+An utterance longer than the model's character positions (``max_text_len``, 256 by default, less one for the ``<eos>``
+the model appends with ``text_eos``) is spoken in pieces, the
 way TTS toolkits read long text: split into sentences (at . ! ?), a sentence still too long at ; , : and then
 between words, each piece synthesized on its own and the waveforms joined with ``piece_silence`` seconds of silence.
 """
@@ -112,12 +113,12 @@ def synthesize(task, texts: list[str], out_dir: Path, *, max_frames_per_char: fl
     vocab = CharVocab()
     extract = MelExtractor(task.mel_cfg)
     rate, hop = task.mel_cfg.sample_rate, task.mel_cfg.hop_length
-    limit = int(getattr(task.net, "max_text_len", 0)) or 10**9
+    limit = int(getattr(task.net, "max_chars", 0)) or 10**9  # the position table, less one for the model's <eos>
     torch.manual_seed(seed)  # the prenet's inference dropout
     results = []
     for i, text in enumerate(texts):
         pieces = split_text(text, limit)
-        waves, mels, aligns, stopped = [], [], [], []
+        waves, mels, aligns, stopped, labels = [], [], [], [], []
         for piece in pieces:
             ids = torch.tensor([vocab.encode(piece)], device=task.device)
             gen = generate_mel(task.net, ids, torch.tensor([ids.shape[1]], device=task.device),
@@ -129,6 +130,7 @@ def synthesize(task, texts: list[str], out_dir: Path, *, max_frames_per_char: fl
                 waves.append(torch.zeros(round(piece_silence * rate)))
             waves.append(extract.griffin_lim(mels[-1], n_iter=griffin_lim_iters, seed=seed))
             aligns.append(torch.cat([a[0] for a in gen.attention], dim=0).mean(0)[: int(gen.steps[0])].cpu())
+            labels += [" "] * bool(labels) + task.net.char_labels(ids[0], ids.shape[1])  # " ": block_alignment's gap
         stem = f"utt_{i:02d}"
         wav = write_wav(out_dir / f"{stem}.wav", torch.cat(waves), rate)
         frames = sum(m.shape[0] for m in mels)
@@ -137,7 +139,7 @@ def synthesize(task, texts: list[str], out_dir: Path, *, max_frames_per_char: fl
         fig = mel_figure(mels, titles, title=repr(text) if len(pieces) == 1 else f"{len(pieces)} pieces of {text!r}")
         mel_png = save_figure(fig, out_dir / f"{stem}_mel.png")
         align = aligns[0] if len(aligns) == 1 else block_alignment(aligns)
-        fig = alignment_figure(align, " ".join(pieces), title="cross-attention, all decoder layers and heads")
+        fig = alignment_figure(align, labels, title="cross-attention, all decoder layers and heads")
         align_png = save_figure(fig, out_dir / f"{stem}_alignment.png")
         results.append({"text": text, "wav": wav, "mel_png": mel_png, "alignment_png": align_png, "frames": frames,
                         "pieces": len(pieces), "stopped": all(stopped)})

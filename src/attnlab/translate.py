@@ -70,7 +70,7 @@ def _batch(task, token_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor
 
 def translate_all(task, lines: list[str], *, beam_size: int = 5, n_best: int = 1, length_penalty: float = 1.0,
                   max_len_a: float = 2.0, max_len_b: int = 10, batch_size: int = 32,
-                  on_too_long: str = "skip") -> Translations:
+                  on_too_long: str = "skip", force_eos_at_max_len: bool = True) -> Translations:
     """Translate every line the model can read; what happens to a longer one is ``on_too_long``."""
     from .tasks.translation import decode_text
 
@@ -96,7 +96,8 @@ def translate_all(task, lines: list[str], *, beam_size: int = 5, n_best: int = 1
         chunk = todo[start : start + batch_size]
         src, mask = _batch(task, [ids[i] for i in chunk])
         res = task.translate_batch(src, mask, beam_size=beam_size, n_best=n_best, length_penalty=length_penalty,
-                                   max_len_a=max_len_a, max_len_b=max_len_b)
+                                   max_len_a=max_len_a, max_len_b=max_len_b,
+                                   force_eos_at_max_len=force_eos_at_max_len)
         for b, i in enumerate(chunk):
             out.hyps[i] = [(decode_text(task.tokenizer, t), float(res.scores[b, r]))
                            for r, t in enumerate(res.tokens[b])]
@@ -104,11 +105,13 @@ def translate_all(task, lines: list[str], *, beam_size: int = 5, n_best: int = 1
 
 
 def translate_lines(task, lines: list[str], *, beam_size: int = 5, n_best: int = 1, length_penalty: float = 1.0,
-                    max_len_a: float = 2.0, max_len_b: int = 10, batch_size: int = 32) -> list[list[tuple[str, float]]]:
+                    max_len_a: float = 2.0, max_len_b: int = 10, batch_size: int = 32,
+                    force_eos_at_max_len: bool = True) -> list[list[tuple[str, float]]]:
     """For each line, its ``n_best`` translations with their length-penalized scores, best first (a line longer
     than the model reads is an error here: callers in code pass lines they control)."""
     return translate_all(task, lines, beam_size=beam_size, n_best=n_best, length_penalty=length_penalty,
-                         max_len_a=max_len_a, max_len_b=max_len_b, batch_size=batch_size, on_too_long="error").hyps
+                         max_len_a=max_len_a, max_len_b=max_len_b, batch_size=batch_size, on_too_long="error",
+                         force_eos_at_max_len=force_eos_at_max_len).hyps
 
 
 def check_options(cfg: DictConfig) -> None:
@@ -121,6 +124,8 @@ def check_options(cfg: DictConfig) -> None:
     check(cfg, "length_penalty", is_number, "a number (0: plain sum of log-probabilities)")
     check(cfg, "max_len_a", lambda v: is_number(v) and v >= 0, "a number >= 0")
     check(cfg, "max_len_b", lambda v: is_int(v) and v >= 0, "an integer >= 0")
+    check(cfg, "force_eos_at_max_len", lambda v: isinstance(v, bool), "true (fairseq: EOS forced and scored at the "
+          "length limit) or false (a hypothesis at the limit ends there without EOS)")
     check(cfg, "on_too_long", lambda v: v in ON_TOO_LONG, "skip (empty output line, exit 3), truncate or error")
     check(cfg, "input_errors", lambda v: v in ("strict", "replace"), "strict or replace")
 
@@ -156,7 +161,8 @@ def _translate(cfg: DictConfig) -> None:
     task, _ = load_task(cfg.ckpt, "attnlab.tasks.translation.TranslationTask", "translation", cfg.device)
     result = translate_all(task, lines, beam_size=cfg.beam_size, n_best=cfg.n_best,
                            length_penalty=cfg.length_penalty, max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b,
-                           batch_size=cfg.batch_size, on_too_long=cfg.on_too_long)
+                           batch_size=cfg.batch_size, on_too_long=cfg.on_too_long,
+                           force_eos_at_max_len=cfg.force_eos_at_max_len)
     text = format_translations(result, cfg.n_best)
     if cfg.output:
         Path(cfg.output).write_text(text, encoding="utf-8")

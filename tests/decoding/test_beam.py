@@ -1,5 +1,6 @@
 """Beam search: exact checks on a hand-made bigram stepper, beam 1 == greedy, beam as wide as the search space ==
-exhaustive search, beam ≥ greedy on average, KV cache == recomputation (reorder), n-best, max/min length, EOS."""
+exhaustive search (under each length-limit rule: EOS forced and scored at the limit, fairseq's, or not), beam ≥
+greedy on average, KV cache == recomputation (reorder), n-best, max/min length, EOS."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from attnlab.decoding import BeamResult, CausalLMStepper, beam_search, generate
+from attnlab.decoding import BeamResult, CausalLMStepper, beam_search, generate, greedy_search
 from attnlab.models.causal_lm import CausalLM
 
 
@@ -101,13 +102,13 @@ def check_well_formed(res: BeamResult, eos_id: int | None, length_penalty: float
 # exact checks on the bigram stepper
 # --------------------------------------------------------------------------------------------------------------
 def test_beam_escapes_the_greedy_trap():
-    prefix = torch.tensor([[START]])
+    prefix = torch.tensor([[START]])  # x never precedes EOS here: the hypotheses stop at the limit as they are
     greedy = beam_search(TableStepper(trap_table()), prefix, beam_size=1, max_new_tokens=2, eos_id=EOS,
-                         length_penalty=0.0)
+                         length_penalty=0.0, force_eos_at_max_len=False)
     assert greedy.best[0].tolist() == [1, 1]
     assert greedy.logprobs[0, 0] == pytest.approx(math.log(0.5 * 0.34))
     beam = beam_search(TableStepper(trap_table()), prefix, beam_size=2, max_new_tokens=2, eos_id=EOS,
-                       length_penalty=0.0, n_best=2)
+                       length_penalty=0.0, n_best=2, force_eos_at_max_len=False)
     assert [h.tolist() for h in beam.tokens[0]] == [[2, EOS], [1, 1]]
     assert beam.logprobs[0].tolist() == pytest.approx([math.log(0.36), math.log(0.17)])
     check_well_formed(beam, EOS, 0.0)
@@ -121,13 +122,16 @@ def test_scores_are_fairseq_length_normalized():
     assert best == [2, EOS] and res.scores[0, 0] == pytest.approx(math.log(0.36) / 2)
 
 
-def test_finished_sentences_leave_the_batch_and_no_step_is_wasted():
-    # row 0 starts at y (EOS 0.9, so done after one step with beam 1), row 1 at z (z forever: runs to max)
+@pytest.mark.parametrize("force", [True, False], ids=["force_eos", "no_eos"])
+def test_finished_sentences_leave_the_batch_and_no_step_is_wasted(force):
+    # row 0 starts at y (EOS 0.9, so done after one step with beam 1), row 1 at z (z again 0.9: runs to max)
     stepper = TableStepper(trap_table())
-    res = beam_search(stepper, torch.tensor([[2], [3]]), beam_size=1, max_new_tokens=4, eos_id=EOS)
-    assert [h.tolist() for h in res.best] == [[EOS], [3, 3, 3, 3]]
-    assert [len(f) for f in stepper.fed] == [1, 1, 1]  # only row 1 is still stepped
-    assert stepper.calls == 4  # prefill + 3 steps for 4 tokens
+    res = beam_search(stepper, torch.tensor([[2], [3]]), beam_size=1, max_new_tokens=4, eos_id=EOS,
+                      force_eos_at_max_len=force)
+    assert [h.tolist() for h in res.best] == [[EOS], [3, 3, 3, 3] + [EOS] * force]
+    assert res.logprobs[1, 0] == pytest.approx(4 * math.log(0.9) + force * math.log(0.1))
+    assert [len(f) for f in stepper.fed] == [1] * (3 + force)  # only row 1 is still stepped
+    assert stepper.calls == 4 + force  # prefill + 3 steps for 4 tokens (+ 1 for the forced EOS's log-prob)
     assert all(EOS not in f for f in stepper.fed)  # EOS is never fed back: finished hypotheses leave the beam
 
 
@@ -146,14 +150,17 @@ def test_min_len_forbids_early_eos():
             assert len(res.best[0]) > min_len
 
 
-def test_max_len_a_b_and_src_lengths():
-    no_eos = [[0.0, 0.5, 0.5, 0.0, 0.0]] * 5  # EOS impossible: every hypothesis runs to its max length
+@pytest.mark.parametrize("force", [True, False], ids=["force_eos", "no_eos"])
+def test_max_len_a_b_and_src_lengths(force):
+    rare_eos = [[0.01, 0.495, 0.495, 0.0, 0.0]] * 5  # EOS never in the beam: every hypothesis runs to the limit
     prefix = torch.full((3, 4), START)
 
     def lengths(**kw) -> list[int]:
-        res = beam_search(TableStepper(no_eos), prefix, beam_size=2, eos_id=EOS, n_best=2, **kw)
+        res = beam_search(TableStepper(rare_eos), prefix, beam_size=2, eos_id=EOS, n_best=2,
+                          force_eos_at_max_len=force, **kw)
         assert all(len(h) == len(hyps[0]) for hyps in res.tokens for h in hyps)
-        return [len(hyps[0]) for hyps in res.tokens]
+        assert all((h[-1] == EOS) == force and EOS not in h[:-1] for hyps in res.tokens for h in hyps)
+        return [len(hyps[0]) - force for hyps in res.tokens]  # tokens before the (forced) EOS
 
     assert lengths(max_new_tokens=3) == [3, 3, 3]
     assert lengths(max_len_b=2) == [2, 2, 2]
@@ -167,7 +174,7 @@ def test_max_len_a_b_and_src_lengths():
     with pytest.raises(ValueError):
         lengths(max_len_a=0.1, max_len_b=0)  # a zero max length
     with pytest.raises(ValueError):
-        beam_search(TableStepper(no_eos), prefix, beam_size=2, n_best=3, max_new_tokens=2)
+        beam_search(TableStepper(rare_eos), prefix, beam_size=2, n_best=3, max_new_tokens=2)
 
 
 def test_without_eos_id_every_hypothesis_runs_to_max_length():
@@ -178,8 +185,9 @@ def test_without_eos_id_every_hypothesis_runs_to_max_length():
 
 def test_early_stopping_false_searches_on_for_longer_better_normalized_hypotheses():
     # start: EOS 0.6, x 0.4; x -> x 0.99. Greedy stops at EOS (score log 0.6); x·8 scores (log 0.4 + 7 log 0.99)/8
+    # when the limit ends it without EOS (with a forced EOS: test_forced_eos_at_the_limit_is_scored below)
     table = [[1, 0, 0, 0, 0], [0.01, 0.99, 0, 0, 0], [1, 0, 0, 0, 0], [1, 0, 0, 0, 0], [0.6, 0.4, 0, 0, 0]]
-    kw = dict(beam_size=1, max_new_tokens=8, eos_id=EOS, length_penalty=1.0)
+    kw = dict(beam_size=1, max_new_tokens=8, eos_id=EOS, length_penalty=1.0, force_eos_at_max_len=False)
     fairseq = beam_search(TableStepper(table), torch.tensor([[START]]), early_stopping=True, **kw)
     assert fairseq.best[0].tolist() == [EOS]
     full = beam_search(TableStepper(table), torch.tensor([[START]]), early_stopping=False, **kw)
@@ -191,6 +199,22 @@ def test_early_stopping_false_searches_on_for_longer_better_normalized_hypothese
     assert plain.best[0].tolist() == [EOS] and stepper.calls == 1
 
 
+def test_forced_eos_at_the_limit_is_scored_and_can_change_the_winner():
+    """fairseq's rule: the x-run cut by the limit pays for its EOS (log 0.01) and one more length unit. At limit 8
+    that makes it lose to the early EOS (which it beat without the rule); at 20 its mean log-prob wins again."""
+    table = [[1, 0, 0, 0, 0], [0.01, 0.99, 0, 0, 0], [1, 0, 0, 0, 0], [1, 0, 0, 0, 0], [0.6, 0.4, 0, 0, 0]]
+    kw = dict(beam_size=1, eos_id=EOS, length_penalty=1.0, early_stopping=False, n_best=1)
+    x_run = lambda n: (math.log(0.4) + (n - 1) * math.log(0.99) + math.log(0.01)) / (n + 1)  # noqa: E731
+    at8 = beam_search(TableStepper(table), torch.tensor([[START]]), max_new_tokens=8, **kw)
+    assert at8.best[0].tolist() == [EOS] and x_run(8) < math.log(0.6)
+    at20 = beam_search(TableStepper(table), torch.tensor([[START]]), max_new_tokens=20, **kw)
+    assert at20.best[0].tolist() == [1] * 20 + [EOS]
+    assert at20.scores[0, 0] == pytest.approx(x_run(20)) and at20.logprobs[0, 0] == pytest.approx(x_run(20) * 21)
+    # the limit wins over min_len: EOS is forced at the limit even where min_len still forbids it
+    capped = beam_search(TableStepper(table), torch.tensor([[START]]), max_new_tokens=3, min_len=5, **kw)
+    assert capped.best[0].tolist() == [1, 1, 1, EOS]
+
+
 def test_vocab_size_masks_ids_beyond_it():
     res = beam_search(TableStepper(trap_table()), torch.tensor([[START]]), beam_size=4, max_new_tokens=3,
                       eos_id=EOS, vocab_size=2, n_best=4)  # only EOS and x allowed
@@ -200,9 +224,10 @@ def test_vocab_size_masks_ids_beyond_it():
 # --------------------------------------------------------------------------------------------------------------
 # a small causal LM
 # --------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("force", [True, False], ids=["force_eos", "no_eos"])
 @pytest.mark.parametrize("use_cache", [True, False], ids=["cache", "recompute"])
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0])
-def test_beam_one_is_greedy(use_cache, length_penalty):
+def test_beam_one_is_greedy(use_cache, length_penalty, force):
     V = 40
     model = make_lm(V)
     prefix = prompts(V, 6)
@@ -210,26 +235,33 @@ def test_beam_one_is_greedy(use_cache, length_penalty):
     eos = int(free[0, 3])  # a token greedy really emits, so some rows stop early and some do not
     greedy = generate(CausalLMStepper(model, use_cache=use_cache), prefix, 10, temperature=0, eos_id=eos)[:, 5:]
     res = beam_search(CausalLMStepper(model, use_cache=use_cache), prefix, beam_size=1, max_new_tokens=10,
-                      eos_id=eos, length_penalty=length_penalty)
+                      eos_id=eos, length_penalty=length_penalty, force_eos_at_max_len=force)
+    chain = greedy_search(CausalLMStepper(model, use_cache=use_cache), prefix, limits=[10] * len(prefix),
+                          eos_id=eos, length_penalty=length_penalty, force_eos_at_max_len=force)
     n_stopped = 0
-    for row, hyp in zip(greedy.tolist(), res.best):
-        expected = row[: row.index(eos) + 1] if eos in row else row
+    for row, hyp, other in zip(greedy.tolist(), res.best, chain.best):
+        expected = row[: row.index(eos) + 1] if eos in row else row + [eos] * force  # the forced EOS
+        assert other.tolist() == expected
         n_stopped += eos in row
         assert hyp.tolist() == expected
     assert 0 < n_stopped < len(prefix)
     check_well_formed(res, eos, length_penalty)
+    torch.testing.assert_close(chain.scores, res.scores, atol=1e-5, rtol=0)  # same rule, same scores
+    torch.testing.assert_close(chain.logprobs, res.logprobs, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("force", [True, False], ids=["force_eos", "no_eos"])
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0])
-def test_full_width_beam_equals_exhaustive_search(length_penalty):
+def test_full_width_beam_equals_exhaustive_search(length_penalty, force):
     V, L, eos = 4, 4, 0
     model = make_lm(V, scale=8.0)
     prefix = prompts(V, 2, t=3)
     res = beam_search(CausalLMStepper(model), prefix, beam_size=V**L, max_new_tokens=L, eos_id=eos,
-                      length_penalty=length_penalty, n_best=V**L)
-    # every sequence that ends in EOS, or reaches length L without one
+                      length_penalty=length_penalty, n_best=V**L, force_eos_at_max_len=force)
+    # every sequence that ends in EOS, or reaches length L without one: then, under fairseq's rule (force), with
+    # EOS appended, its log-prob in the sum and in the length; otherwise as it is
     space = [list(s) + [eos] for n in range(L) for s in itertools.product(range(1, V), repeat=n)]
-    space += [list(s) for s in itertools.product(range(1, V), repeat=L)]
+    space += [list(s) + [eos] * force for s in itertools.product(range(1, V), repeat=L)]
     assert len(space) == 1 + 3 + 9 + 27 + 81
     for b in range(len(prefix)):
         scored = sorted(((lm_logprob(model, prefix[b], torch.tensor(s)) / len(s) ** length_penalty, s)
@@ -244,7 +276,7 @@ def test_full_width_beam_equals_exhaustive_search(length_penalty):
         assert scored[0][0] - scored[1][0] > 1e-3  # the best is not a float-noise tie
     # and a narrower beam is no better than the exhaustive best
     narrow = beam_search(CausalLMStepper(model), prefix, beam_size=2, max_new_tokens=L, eos_id=eos,
-                         length_penalty=length_penalty)
+                         length_penalty=length_penalty, force_eos_at_max_len=force)
     assert (narrow.scores[:, 0] <= res.scores[:, 0] + 1e-5).all()
 
 
@@ -256,7 +288,7 @@ def test_wider_beam_finds_more_probable_outputs_than_greedy():
     greedy = generate(CausalLMStepper(model), prefix, 8, temperature=0, eos_id=eos)[:, 5:]
     greedy_lp = []
     for p, row in zip(prefix, greedy.tolist()):
-        seq = row[: row.index(eos) + 1] if eos in row else row
+        seq = row[: row.index(eos) + 1] if eos in row else row + [eos]  # EOS forced at the limit (the default)
         greedy_lp.append(lm_logprob(model, p, torch.tensor(seq)))
     one = beam_search(CausalLMStepper(model), prefix, beam_size=1, **kw)
     assert one.logprobs[:, 0].tolist() == pytest.approx(greedy_lp, abs=1e-4)

@@ -56,8 +56,9 @@ def loss_of(scores, batch) -> torch.Tensor:
 
 def greedy(net, batch, max_new=12) -> list[list[int]]:
     bos = torch.full((batch["src"].shape[0], 1), BOS)
+    # the argmax chain as is: a row cut by the limit keeps its last argmax token (no EOS forced after it)
     res = beam_search(net.stepper(batch["src"], batch["src_mask"]), bos, beam_size=1, max_new_tokens=max_new,
-                      eos_id=EOS)  # fmt: skip
+                      eos_id=EOS, force_eos_at_max_len=False)  # fmt: skip
     return [h.tolist() for h in res.best]
 
 

@@ -9,13 +9,13 @@ import torch
 
 from attnlab.audio.espeak import ESpeak
 from attnlab.audio.features import MelExtractor
-from attnlab.data.characters import CharVocab
+from attnlab.data.characters import EOS_ID, CharVocab
 from attnlab.data.speech_datamodule import collate_speech
 from attnlab.decoding.tts import TTSStepper, generate_mel
 from attnlab.models.tts import TransformerTTS
 from attnlab.modules.guided_attention import guided_attention_loss
 
-TINY = dict(vocab_size=50, d_model=32, n_heads=2, n_encoder_layers=2, n_decoder_layers=2, dec_prenet_dim=32,
+TINY = dict(vocab_size=51, d_model=32, n_heads=2, n_encoder_layers=2, n_decoder_layers=2, dec_prenet_dim=32,
             postnet_channels=16, dropout=0.0)
 
 
@@ -40,14 +40,31 @@ def test_shapes_reduction_and_decoder_inputs():
     assert out["stop_logits"].shape == (2, 15)
     assert out["dec_lengths"].tolist() == [5, 3]
     (att,) = out["attention"]
-    assert att.shape == (2, 2, 5, 9)
+    assert att.shape == (2, 2, 5, 10)  # 9 characters + <eos>
+    assert out["text_lengths"].tolist() == [10, 7]
     assert torch.allclose(att.sum(-1), torch.ones(2, 2, 5), atol=1e-5)
-    assert (att[1, :, :, 6:] == 0).all()  # padded characters get no attention
+    assert (att[1, :, :, 7:] == 0).all()  # padding gets no attention
+    assert (att[0, :, :, 9] > 0).all() and (att[1, :, :, 6] > 0).all()  # <eos> (after the last character) some
     inputs = model.decoder_inputs(mel)  # step g reads the last frame of group g-1
     assert inputs.shape == (2, 5, 80) and (inputs[:, 0] == 0).all()
     assert torch.equal(inputs[:, 1], mel[:, 2]) and torch.equal(inputs[:, 4], mel[:, 11])
     # only the asked-for layers took the explicit path; the others kept SDPA
     assert model.decoder.layers[0].cross_attn.weights is None and not model.decoder.layers[1].cross_attn.return_weights
+
+
+def test_text_eos_is_appended_after_each_text_and_optional():
+    """ESPnet's convention: <eos> right after the last character (before the padding); off, the text alone."""
+    model = TransformerTTS(**TINY)
+    text, tl = torch.tensor([[5, 6, 7], [8, 9, 0]]), torch.tensor([3, 2])
+    ids, lengths = model.append_eos(text, tl)
+    assert ids.tolist() == [[5, 6, 7, EOS_ID], [8, 9, EOS_ID, 0]] and lengths.tolist() == [4, 3]
+    assert model.max_chars == model.max_text_len - 1 and model.char_labels(text[1], 2)[-1] == "<eos>"
+    plain = TransformerTTS(**TINY, text_eos=False).eval()
+    assert plain.append_eos(text, tl)[0] is text and plain.max_chars == plain.max_text_len
+    out = plain(text, tl, torch.randn(2, 6, 80), attention_layers=[-1])
+    assert out["attention"][0].shape[-1] == 3 and out["text_lengths"].tolist() == [3, 2]
+    with pytest.raises(ValueError, match="vocab_size >= 51"):
+        TransformerTTS(**{**TINY, "vocab_size": 50})
 
 
 def test_incremental_decoding_equals_teacher_forcing():
@@ -69,7 +86,7 @@ def test_incremental_decoding_equals_teacher_forcing():
     assert torch.allclose(torch.cat(outs, 1), ref["mel_before"][:, 4:], atol=1e-5)
     assert torch.allclose(torch.cat(stops, 1), ref["stop_logits"][:, 4:], atol=1e-5)
     for layer, (rec, full) in enumerate(zip(stepper.alignments(), ref["attention"])):
-        assert rec.shape == (3, 2, 8, 11)  # the prefill's 3 steps, then one per step
+        assert rec.shape == (3, 2, 8, 12)  # the prefill's 3 steps, then one per step; 11 characters + <eos>
         assert torch.allclose(rec, full, atol=1e-5), layer
     # reorder keeps rows and their caches together
     stepper.reorder(torch.tensor([2, 0]))
@@ -127,3 +144,32 @@ def test_overfits_a_few_real_utterances():
         last, ga_last = step()
     assert last < 0.5 * first, (first, last)
     assert ga_last < 0.5 * ga_first, (ga_first, ga_last)
+
+
+@pytest.mark.parametrize("text_eos", [True, False])
+def test_task_guided_loss_is_espnets_formula_on_the_text_and_eos(text_eos):
+    """The TTS task's train/guided: ESPnet's GuidedAttentionLoss, W[t, n] = 1 − exp(−(n/N − t/T)² / (2σ²)) built per
+    utterance with N the positions the attention reads (characters + <eos>: ESPnet's ilens count the eos it adds),
+    averaged over the valid cells of every guided head."""
+    from attnlab.tasks.tts import TTSTask
+
+    torch.manual_seed(4)
+    model = TransformerTTS(**{**TINY, "dec_prenet_dropout": 0.0}, text_eos=text_eos)
+    task = TTSTask(net=model, guided_attention={"sigma": 0.3, "weight": 1.0})
+    logged = {}
+    task.log = lambda name, value, **kw: logged.__setitem__(name, value)  # no trainer attached
+    text, tl = torch.randint(2, 50, (2, 7)), torch.tensor([7, 4])
+    mel, ml = torch.randn(2, 14, 80), torch.tensor([14, 8])
+    task.training_step({"text": text, "text_lengths": tl, "mel": mel, "mel_lengths": ml}, 0)
+    with torch.no_grad():
+        out = model(text, tl, mel, ml, attention_layers=task.guided["layers"])  # the same maps (no dropout)
+    heads = torch.cat([a[:, : task.guided["heads"]] for a in out["attention"]], dim=1)  # (B, H', G, N')
+    assert heads.shape[-1] == 7 + text_eos
+    total, cells = 0.0, 0
+    for b in range(2):
+        ilen, olen = int(tl[b]) + int(text_eos), int(-(-ml[b] // model.reduction))
+        t, n = torch.meshgrid(torch.arange(olen).float(), torch.arange(ilen).float(), indexing="ij")
+        w = 1.0 - torch.exp(-((n / ilen - t / olen) ** 2) / (2 * 0.3**2))
+        total += float((heads[b, :, :olen, :ilen] * w).sum())
+        cells += heads.shape[1] * olen * ilen
+    assert float(logged["train/guided"].detach()) == pytest.approx(total / cells, rel=1e-5)

@@ -44,7 +44,7 @@ class TTSSamplesCallback(L.Callback):
         fig = mel_figure([m for _, m in sample.mels], [t for t, _ in sample.mels], title=f"{text!r} — {step}")
         mel_png = save_figure(fig, out_dir / f"{stem}_mel.png")
         del fig
-        fig = alignment_figure(sample.alignment, text, title=f"free-running alignment — {step}")
+        fig = alignment_figure(sample.alignment, sample.labels or text, title=f"free-running alignment — {step}")
         align_png = save_figure(fig, out_dir / f"{stem}_alignment.png")
         del fig
         wav = write_wav(out_dir / f"{stem}.wav", sample.wave, sample.sample_rate)

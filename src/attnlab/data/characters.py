@@ -4,6 +4,9 @@ Text is lower-cased and its whitespace collapsed (``normalize_text``); any chara
 ``<unk>``. ``normalize_text`` is the TTS's one text normalization: ``CharVocab.encode`` applies it, so training
 (LJSpeech/eSpeak data) and ``synthesize`` read text through the identical function, and a checkpoint needs no
 stored normalizer (unlike the BPE tokenizers, see ``normalization.py``).
+
+``<eos>`` (the last id, so the older ids keep their meaning) is never produced by ``encode``: the TTS model appends
+it after each text itself when built with ``text_eos`` (ESPnet's convention, see :mod:`attnlab.models.tts`).
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ import re
 
 import torch
 
-PAD, UNK = "<pad>", "<unk>"
+PAD, UNK, EOS = "<pad>", "<unk>", "<eos>"
 ALPHABET = " abcdefghijklmnopqrstuvwxyz0123456789'\".,;:!?-()"
-SYMBOLS = (PAD, UNK, *ALPHABET)
+SYMBOLS = (PAD, UNK, *ALPHABET, EOS)
+EOS_ID = len(SYMBOLS) - 1  # 50: appended last, so checkpoints from before it (50 ids) read the same ids
 
 
 def normalize_text(text: str) -> str:
@@ -23,7 +27,7 @@ def normalize_text(text: str) -> str:
 
 
 class CharVocab:
-    pad_id, unk_id = 0, 1
+    pad_id, unk_id, eos_id = 0, 1, EOS_ID
 
     def __init__(self):
         self.symbols = SYMBOLS
@@ -37,7 +41,8 @@ class CharVocab:
 
     def decode(self, ids) -> str:
         ids = ids.tolist() if isinstance(ids, torch.Tensor) else ids
-        return "".join(self.symbols[i] if i > self.unk_id else ("" if i == self.pad_id else "?") for i in ids)
+        return "".join(self.symbols[i] if self.unk_id < i < self.eos_id else ("?" if i == self.unk_id else "")
+                       for i in ids)
 
     def covers(self, text: str) -> bool:
         """True if every character of the normalized text is in the alphabet."""

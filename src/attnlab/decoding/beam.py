@@ -6,12 +6,15 @@ The ``n`` unfinished sentences × ``beam_size`` hypotheses are the ``n·beam`` r
    sentence to ``beam·V`` and cut to the best ``2·beam`` (a top-k, no loop over the vocabulary). Twice the beam,
    so that candidates ending in EOS, which leave the beam, never leave it with fewer than ``beam`` live ones.
 2. finalize: EOS candidates ranked in the first ``beam`` (further down they would not have been in the beam)
-   go to their sentence's finished list; at a sentence's max length, its first ``beam`` candidates do, as is.
+   go to their sentence's finished list. At a sentence's max length (``force_eos_at_max_len``, fairseq's rule)
+   one more step allows EOS only, so every hypothesis that reached the limit ends in a scored EOS; without it the
+   first ``beam`` candidates at the limit are finished as they are, without EOS.
 3. the first ``beam`` non-EOS candidates become the live hypotheses; finished sentences drop out of the batch;
    ``stepper.reorder(flat_index)`` makes the caches follow the surviving hypotheses, then ``stepper.step``.
 
 Scores (fairseq): ``score = sum log p / len ** length_penalty``, ``len`` counting the generated tokens including
-EOS. ``length_penalty`` 0 is the plain sum (favours short outputs), 1 the mean log-prob; >1 favours long ones.
+EOS (a forced one too). ``length_penalty`` 0 is the plain sum (favours short outputs), 1 the mean log-prob; >1
+favours long ones.
 """
 
 from __future__ import annotations
@@ -68,12 +71,19 @@ def beam_search(
     min_len: int = 0,
     early_stopping: bool = True,
     expand_prefix: bool = False,
+    force_eos_at_max_len: bool = True,
 ) -> BeamResult:
     """prefix (B, T) -> the ``n_best`` best continuations of each row (see the module docstring).
 
-    Max length (new tokens, EOS included): ``max_new_tokens``, or ``int(max_len_a · src_len + max_len_b)`` per row,
-    ``src_len`` from ``src_lengths`` (e.g. a translation's source lengths) or the prefix length T.
-    ``min_len``: EOS is forbidden (log-prob -inf, as fairseq) until ``min_len`` tokens have been generated.
+    Max length L: ``max_new_tokens``, or ``int(max_len_a · src_len + max_len_b)`` per row, ``src_len`` from
+    ``src_lengths`` (e.g. a translation's source lengths) or the prefix length T.
+    ``force_eos_at_max_len`` True (fairseq's rule): a hypothesis may have L tokens before its EOS; one that reaches L
+    without EOS gets EOS forced at step L + 1 (the only token allowed there), its log-prob added to the sum and
+    counted in the length (L + 1), so hypotheses cut by the limit compete on the same footing as finished ones.
+    False: at most L tokens, EOS included; a hypothesis that reaches L is finished there, as it is, without EOS
+    (scored over its L tokens). Without ``eos_id`` there is nothing to force: hypotheses end at L either way.
+    ``min_len``: EOS is forbidden (log-prob -inf, as fairseq) until ``min_len`` tokens have been generated (a
+    forced EOS at the limit wins).
     ``vocab_size``: ids ≥ it are masked before the softmax (the distribution is renormalized over the others).
     ``early_stopping`` True (fairseq's default): a sentence is done once it has ``beam_size`` finished
     hypotheses; then ``beam_size=1`` is greedy decoding whatever the length penalty. False: it goes on until its
@@ -89,26 +99,32 @@ def beam_search(
     else:
         logits = stepper.prefill(prefix).repeat_interleave(k, dim=0)
         stepper.reorder(torch.arange(B, device=dev).repeat_interleave(k))
+    force = force_eos_at_max_len and eos_id is not None
+    last = [n_max + force - 1 for n_max in limit]  # each sentence's last step: with force, the EOS-only step after L tokens
     sums = torch.full((B, k), float("-inf"), device=dev)
     sums[:, 0] = 0.0  # the beams start identical: only the first may expand, or the beam fills with copies
     hyps = prefix.new_empty(B * k, 0)  # (n·k, t) tokens generated so far by each live row
     sent = list(range(B))  # the original index of each sentence still in the batch
     finished: list[list[tuple[float, float, Tensor]]] = [[] for _ in range(B)]  # (score, logprob, tokens)
 
-    for t in range(max(limit)):
+    for t in range(max(last) + 1):
         n = len(sent)
         logits = logits.float()
         if vocab_size is not None and vocab_size < logits.shape[-1]:
             logits = logits.index_fill(-1, torch.arange(vocab_size, logits.shape[-1], device=dev), float("-inf"))
         lp = logits.log_softmax(dim=-1)
-        if eos_id is not None and t < min_len:
-            lp[:, eos_id] = float("-inf")
+        capped = None
+        if force and any(last[s] == t for s in sent):  # sentences at their limit: EOS is the only token left
+            capped = torch.tensor([last[s] == t for s in sent], device=dev).repeat_interleave(k)  # (n·k,)
+            lp.masked_fill_(capped[:, None] & (torch.arange(lp.shape[1], device=dev) != eos_id), float("-inf"))
+        if eos_id is not None and t < min_len:  # no EOS yet, except where the limit forces it
+            lp[:, eos_id] = float("-inf") if capped is None else lp[:, eos_id].masked_fill(~capped, float("-inf"))
         V = lp.shape[-1]
         top, idx = (sums.view(-1, 1) + lp).view(n, k * V).topk(min(2 * k, k * V), dim=1)  # (n, 2k) best first
         tok = idx % V
         src = idx // V + torch.arange(n, device=dev)[:, None] * k  # the stepper row each candidate extends
         is_eos = tok == eos_id if eos_id is not None else torch.zeros_like(tok, dtype=torch.bool)
-        at_max = torch.tensor([limit[s] == t + 1 for s in sent], device=dev)[:, None]
+        at_max = torch.tensor([not force and last[s] == t for s in sent], device=dev)[:, None]
         final = top.isfinite() & (is_eos | at_max)
         final[:, k:] = False
         if final.any():
@@ -124,12 +140,12 @@ def beam_search(
 
         best_live = sums.max(dim=1).values
         if not early_stopping:  # best live score at its most favourable final length (sums ≤ 0 only decrease)
-            length = [limit[s] if length_penalty >= 0 else t + 2 for s in sent]
+            length = [last[s] + 1 if length_penalty >= 0 else t + 2 for s in sent]
             future = (best_live / torch.tensor(length, device=dev, dtype=torch.float) ** length_penalty).tolist()
         live_any = best_live.isfinite().tolist()
         remaining = []
         for i, s in enumerate(sent):
-            done = limit[s] == t + 1 or not live_any[i]
+            done = last[s] == t or not live_any[i]
             if not done and len(finished[s]) >= k:
                 done = early_stopping or future[i] <= heapq.nlargest(k, (h[0] for h in finished[s]))[-1]
             if not done:
@@ -165,26 +181,36 @@ def greedy_search(
     eos_id: int | None = None,
     length_penalty: float = 1.0,
     vocab_size: int | None = None,
+    force_eos_at_max_len: bool = True,
 ) -> BeamResult:
     """The argmax chain (what the LM's ``generate(temperature=0)`` emits), as a :class:`BeamResult` with one
-    hypothesis per row: row b stops at EOS or after ``limits[b]`` new tokens (no EOS is added there). What
-    ``beam_size=1`` means in translation: a beam of one without early stopping may end on another hypothesis."""
+    hypothesis per row: row b stops at EOS or after ``limits[b]`` new tokens. What ``beam_size=1`` means in
+    translation: a beam of one without early stopping may end on another hypothesis.
+
+    ``force_eos_at_max_len`` as in :func:`beam_search`: True, a row that reaches its limit without EOS gets EOS
+    appended, its log-prob added and counted in the length (the same rule and scores as a beam); its first
+    ``limits[b]`` tokens are the argmax chain either way (EOS is the only token allowed after them). False: the row
+    ends at its limit without EOS."""
     B, dev = prefix.shape[0], prefix.device
     limit = torch.tensor(limits, device=dev)
     tokens, logprob = prefix.new_empty(B, 0), torch.zeros(B, device=dev)
     length = torch.zeros(B, dtype=torch.long, device=dev)  # tokens generated while the row was live
     live = torch.ones(B, dtype=torch.bool, device=dev)
     logits = stepper.prefill(prefix)
-    for t in range(max(limits)):
+    force = force_eos_at_max_len and eos_id is not None
+    for t in range(max(limits) + force):
         logits = logits.float()
         if vocab_size is not None and vocab_size < logits.shape[-1]:
             logits = logits.index_fill(-1, torch.arange(vocab_size, logits.shape[-1], device=dev), float("-inf"))
         lp = logits.log_softmax(dim=-1)
         tok = lp.argmax(dim=-1)  # (B,)
+        if force:  # rows at their limit: EOS, scored like any other token (rows past it are no longer live)
+            tok = torch.where(limit == t, eos_id, tok)
         logprob += torch.where(live, lp.gather(1, tok[:, None]).squeeze(1), 0.0)
         length += live.long()
         tokens = torch.cat([tokens, tok[:, None]], dim=1)
-        live &= limit > t + 1
+        if not force:
+            live &= limit > t + 1
         if eos_id is not None:
             live &= tok != eos_id
         if not bool(live.any()):

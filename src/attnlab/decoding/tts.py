@@ -27,8 +27,8 @@ class TTSStepper:
                  record_attention: bool = True):
         self.model, self.record = model, record_attention
         self.memory, self.mask = model.encode(text, text_lengths)
-        self.caches = model.new_caches(text.shape[0], text.shape[1], max_steps, dtype=self.memory.dtype,
-                                       device=text.device)
+        self.caches = model.new_caches(text.shape[0], self.memory.shape[1], max_steps, dtype=self.memory.dtype,
+                                       device=text.device)  # memory: N + 1 positions with the model's <eos>
         self.attention: list[list[Tensor]] = [[] for _ in model.decoder.layers]  # per layer: (B, H, t, N) pieces
 
     def _run(self, frames: Tensor) -> tuple[Tensor, Tensor]:
@@ -63,8 +63,9 @@ class Generated:
     mel_before: Tensor  # (B, T, M) before the postnet
     lengths: Tensor  # (B,) frames up to and including the first stop (or the maximum)
     stopped: Tensor  # (B,) bool: the stop token fired (False: cut at the maximum length)
-    attention: list[Tensor]  # per decoder layer (B, H, steps, N)
+    attention: list[Tensor]  # per decoder layer (B, H, steps, N'), N' = N + 1 with the model's text_eos
     steps: Tensor  # (B,) decoder steps per utterance (⌈length / r⌉)
+    text_lengths: Tensor  # (B,) positions the attention read: characters, + 1 for <eos> with text_eos
 
 
 @torch.no_grad()
@@ -101,4 +102,4 @@ def generate_mel(model: TransformerTTS, text: Tensor, text_lengths: Tensor, *, m
     valid = (torch.arange(before.shape[1], device=text.device)[None] < lengths[:, None])[..., None]
     before = before * valid
     after = model.refine(before) * valid
-    return Generated(after, before, lengths, stopped, stepper.alignments(), -(-lengths // r))
+    return Generated(after, before, lengths, stopped, stepper.alignments(), -(-lengths // r), stepper.mask.sum(1))

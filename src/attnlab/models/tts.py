@@ -13,6 +13,13 @@ attention has fewer, coarser rows (easier to align, faster). The input of step g
 the exact previous frame, which at inference is its own imperfect output. α are trainable scales of the sinusoidal
 positions (the paper's "scaled positional encoding"), so the model can balance positions against content.
 
+``text_eos`` (default on; ESPnet's Transformer-TTS and Tacotron 2 do the same): :meth:`TransformerTTS.encode` appends
+``<eos>`` (:data:`~attnlab.data.characters.EOS_ID`) after each text's last character, so the text is N + 1 positions
+long: once the characters are read, the decoder has a position to attend to (and to learn to stop on). Every
+length the attention is measured against (guided attention's W, focus and diagonal rates) is then N + 1; the
+forward pass returns it as ``text_lengths``. Nets configured before the option (no ``text_eos`` key) are built
+with it off (:func:`~attnlab.checkpoint_upgrade.upgrade_net_config`), so old checkpoints speak as they did.
+
 Layers come from the ``norm``/``ffn``/``moe``/``attn`` groups like every transformer here. Positions are fixed to
 the scaled sinusoid (the ``pos`` group does not apply).
 """
@@ -25,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..data.characters import EOS_ID, CharVocab
 from ..modules.block import DecoderCache
 from ..modules.parts import BlockParts
 from ..modules.positional import sinusoidal_table
@@ -126,6 +134,7 @@ class TransformerTTS(TransformerModel):
         postnet_layers: int = 5,
         max_text_len: int = 256,
         max_dec_steps: int = 1024,
+        text_eos: bool = True,
         # the block groups' parts (attnlab.modules.parts): a config with _target_, a built part, or None
         norm: Any = None, ffn: Any = None, moe: Any = None, attn: Any = None,
         n_layers: int | None = None,
@@ -137,6 +146,10 @@ class TransformerTTS(TransformerModel):
             n_encoder_layers = n_decoder_layers = n_layers
         if reduction < 1:
             raise ValueError(f"reduction must be >= 1, got {reduction}")
+        if text_eos and vocab_size <= EOS_ID:
+            raise ValueError(f"text_eos needs the <eos> id {EOS_ID} in the vocabulary: vocab_size >= {EOS_ID + 1} "
+                             f"(got {vocab_size}), or text_eos=false")
+        self.text_eos = bool(text_eos)
         self.vocab_size, self.n_mels, self.d_model, self.n_heads = vocab_size, n_mels, d_model, n_heads
         self.reduction, self.max_dec_steps, self.max_text_len = reduction, max_dec_steps, max_text_len
         parts = BlockParts.resolve(norm, ffn, moe, attn)
@@ -160,9 +173,28 @@ class TransformerTTS(TransformerModel):
     def default_seq_len(self) -> int:
         return self.max_text_len
 
+    @property
+    def max_chars(self) -> int:
+        """The longest text (characters) the model reads: its position table, less one for ``<eos>``."""
+        return self.max_text_len - int(self.text_eos)
+
+    def char_labels(self, text: Tensor, length: int) -> list[str]:
+        """One label per position the attention reads of a (N,) text: its characters, then ``<eos>`` if appended."""
+        return list(CharVocab().decode(text[:length])) + (["<eos>"] if self.text_eos else [])
+
     # --- pieces -----------------------------------------------------------------------------------------------
+    def append_eos(self, text: Tensor, text_lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, N) text, lengths -> (B, N + 1) with ``<eos>`` right after each text's last character, lengths + 1
+        (unchanged without ``text_eos``)."""
+        if not self.text_eos:
+            return text, text_lengths
+        text = F.pad(text, (0, 1), value=0).scatter(1, text_lengths[:, None].long(), EOS_ID)
+        return text, text_lengths + 1
+
     def encode(self, text: Tensor, text_lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """text (B, N) -> memory (B, N, D), mask (B, N) True = real character."""
+        """text (B, N) -> memory (B, N', D), mask (B, N') True = real character or ``<eos>``; N' = N + 1 with
+        ``text_eos``, else N."""
+        text, text_lengths = self.append_eos(text, text_lengths)
         mask = torch.arange(text.shape[1], device=text.device)[None] < text_lengths[:, None]
         x = self.enc_prenet(text, mask)
         x = self.drop(x + self.enc_pos(x.shape[1]))
@@ -213,7 +245,8 @@ class TransformerTTS(TransformerModel):
         """Teacher-forced pass.
 
         Returns ``mel_before``/``mel_after`` (B, G·r, M), ``stop_logits`` (B, G·r), ``dec_lengths`` (B,) steps
-        per utterance (⌈T_b / r⌉), and ``attention``: the cross-attention weights (B, H, G, N) of the decoder
+        per utterance (⌈T_b / r⌉), ``text_lengths`` (B,) the positions the attention reads (characters, + 1 for
+        ``<eos>`` with ``text_eos``), and ``attention``: the cross-attention weights (B, H, G, N') of the decoder
         layers listed in ``attention_layers`` (only those take the explicit attention path).
         """
         memory, mask = self.encode(text, text_lengths)
@@ -223,4 +256,4 @@ class TransformerTTS(TransformerModel):
         if mel_lengths is None:
             mel_lengths = torch.full((mel.shape[0],), mel.shape[1], device=mel.device)
         return {"mel_before": before, "mel_after": self.refine(before), "stop_logits": stop,
-                "dec_lengths": -(-mel_lengths // self.reduction), "attention": attention}
+                "dec_lengths": -(-mel_lengths // self.reduction), "text_lengths": mask.sum(1), "attention": attention}

@@ -10,7 +10,9 @@ character n of N near n/N ≈ t/T. Guided attention (Tachibana et al. 2018, DC-T
 so an attention that wanders off the diagonal (skipping, repeating, babbling) costs loss from the first step,
 long before the mel loss alone would teach the model to align.
 
-Shapes: attention A (B, H, T, N) — decoder steps × input characters; lengths (B,).
+Shapes: attention A (B, H, T, N) — decoder steps × input positions; lengths (B,). N counts every position the
+attention reads: with the TTS model's ``text_eos`` the characters and the ``<eos>`` after them (ESPnet builds W on
+the same N + 1), so callers pass the model's ``text_lengths``, not the batch's.
 """
 
 from __future__ import annotations

@@ -116,13 +116,15 @@ class ListeningSample:
     """One fixed validation utterance, teacher-forced and free-running.
 
     ``mels``: (title, (frames, n_mels)) panels, target first; ``alignment``: the free-running cross-attention
-    (steps, characters); ``wave``: audio of the free-running mel at ``sample_rate``."""
+    (steps, characters); ``wave``: audio of the free-running mel at ``sample_rate``; ``labels``: one per alignment
+    column (the characters, then ``<eos>`` when the model appends it), None: the characters of ``text``."""
 
     text: str
     mels: list[tuple[str, Tensor]]
     alignment: Tensor
     wave: Tensor
     sample_rate: int
+    labels: list[str] | None = None
 
 
 @runtime_checkable

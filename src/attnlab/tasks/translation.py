@@ -45,7 +45,8 @@ from .protocols import AttentionSample, StepOutput, TranslationRow
 log = logging.getLogger(__name__)
 
 STAGES = ("val", "test", "copy_test")  # copy_test: held-out names (data.copy_names=true), tested after test
-DEFAULT_DECODING = {"beam_size": 1, "length_penalty": 1.0, "max_len_a": 2.0, "max_len_b": 10, "n_best": 1}
+DEFAULT_DECODING = {"beam_size": 1, "length_penalty": 1.0, "max_len_a": 2.0, "max_len_b": 10, "n_best": 1,
+                    "force_eos_at_max_len": True}
 
 
 def decode_text(tokenizer: BPETokenizer, ids: Sequence[int] | Tensor) -> str:
@@ -61,7 +62,9 @@ class TranslationTask(Task):
     label_smoothing: ε of the training loss (Szegedy et al. 2016; 0.1 in Vaswani et al.).
     scheduled_sampling: :class:`SamplingSchedule` fields (``schedule: none`` = teacher forcing).
     decoding: ``{"val": {...}, "test": {...}}`` with ``beam_size``, ``length_penalty``, ``max_len_a``,
-        ``max_len_b`` (max new tokens = a · source length + b), ``n_best``.
+        ``max_len_b`` (max new tokens before EOS = a · source length + b), ``n_best``, ``force_eos_at_max_len``
+        (True, fairseq: a hypothesis cut by the limit ends in a forced, scored EOS; see
+        :func:`~attnlab.decoding.beam.beam_search`).
     decode_val_batches: translate only the first N validation batches (None: all); the loss uses all.
     """
 
@@ -144,7 +147,8 @@ class TranslationTask(Task):
     # --- translation --------------------------------------------------------------------------------------------
     @torch.no_grad()
     def translate_batch(self, src: Tensor, src_mask: Tensor, *, beam_size: int = 1, length_penalty: float = 1.0,
-                        max_len_a: float = 2.0, max_len_b: int = 10, n_best: int = 1):
+                        max_len_a: float = 2.0, max_len_b: int = 10, n_best: int = 1,
+                        force_eos_at_max_len: bool = True):
         """Beam search -> :class:`~attnlab.decoding.beam.BeamResult` (ids without <bos>); ``beam_size=1`` is greedy
         decoding, the argmax chain (:func:`~attnlab.decoding.beam.greedy_search`).
 
@@ -157,14 +161,16 @@ class TranslationTask(Task):
         limits = (max_len_a * src_len.float() + max_len_b).long().clamp(min=1)
         max_len = getattr(self.net, "max_len", None)
         if max_len is not None:
-            limits = limits.clamp(max=max_len - 1)  # <bos> takes one position
+            limits = limits.clamp(max=max_len - 1)  # <bos> takes one position (a forced EOS needs no input one)
         prefix = torch.full((src.shape[0], 1), BOS_ID, dtype=torch.long, device=src.device)
         if beam_size == 1 and n_best == 1:
             return greedy_search(self.net.stepper(src, src_mask), prefix, limits=limits.tolist(), eos_id=EOS_ID,
-                                 length_penalty=length_penalty, vocab_size=self.net.vocab_size)
+                                 length_penalty=length_penalty, vocab_size=self.net.vocab_size,
+                                 force_eos_at_max_len=force_eos_at_max_len)
         return beam_search(self.net.stepper(src, src_mask), prefix, beam_size=beam_size, max_len_a=1.0,
                            max_len_b=0, src_lengths=limits, eos_id=EOS_ID, length_penalty=length_penalty,
-                           n_best=n_best, vocab_size=self.net.vocab_size, early_stopping=False)
+                           n_best=n_best, vocab_size=self.net.vocab_size, early_stopping=False,
+                           force_eos_at_max_len=force_eos_at_max_len)
 
     def translate_texts(self, src: Tensor, src_mask: Tensor, **decoding) -> tuple[list[str], Tensor]:
         """Best translation of each row as text, and its summed log-probability (B,)."""

@@ -49,11 +49,13 @@ class NATTranslationTask(TranslationTask):
 
     @torch.no_grad()
     def translate_batch(self, src: Tensor, src_mask: Tensor, *, beam_size: int = 1, length_penalty: float = 1.0,
-                        max_len_a: float = 2.0, max_len_b: int = 10, n_best: int = 1) -> BeamResult:
+                        max_len_a: float = 2.0, max_len_b: int = 10, n_best: int = 1,
+                        force_eos_at_max_len: bool = True) -> BeamResult:
         """One decoder pass per candidate length (all candidates batched), ranked by mean token log-prob + length
         log-prob (the mean alone lets a wrong length win whenever its few tokens are confident).
 
-        ``beam_size`` is the number of candidate lengths; ``length_penalty`` and ``max_len_*`` do not apply."""
+        ``beam_size`` is the number of candidate lengths; ``length_penalty``, ``max_len_*`` and
+        ``force_eos_at_max_len`` do not apply."""
         if not 1 <= n_best <= beam_size:
             raise ValueError(f"need 1 <= n_best <= beam_size, got n_best={n_best}, beam_size={beam_size}")
         net, B, k = self.net, src.shape[0], beam_size

@@ -121,13 +121,14 @@ class TTSTask(Task):
         metrics = {k: parts[k] for k in ("mel_l1", "mel_l1_before", "stop_bce", "stop_acc")}
         if train:
             if with_maps:
-                guided = guided_attention_loss(self.guided_maps(out), batch["text_lengths"], out["dec_lengths"],
+                # W on the N (+ 1 <eos>) positions the attention reads: out["text_lengths"], not the batch's
+                guided = guided_attention_loss(self.guided_maps(out), out["text_lengths"], out["dec_lengths"],
                                                self.guided["sigma"])
                 metrics["guided"] = guided
                 loss = loss + self.guided_weight() * guided
             return StepOutput(loss, {"loss": loss, **metrics})
         maps = torch.cat(self.guided_maps(out), dim=1)  # (B, layers·heads, G, N)
-        tl, dl = batch["text_lengths"], out["dec_lengths"]
+        tl, dl = out["text_lengths"], out["dec_lengths"]
         metrics["focus_rate_tf"] = focus_rate(maps, tl, dl).mean()
         metrics["diagonal_rate_tf"] = diagonal_rate(maps, tl, dl).mean()
         # loss: without the guided term, so runs with it on and off compare on the same number
@@ -147,9 +148,8 @@ class TTSTask(Task):
 
     def log_free_running(self, batch: dict, stage: str) -> None:
         k = min(self.free_running_samples, batch["text"].shape[0])
-        text, tl = batch["text"][:k], batch["text_lengths"][:k]
-        gen = self.free_running(text, tl)
-        maps = self.alignment_maps(gen)
+        gen = self.free_running(batch["text"][:k], batch["text_lengths"][:k])
+        maps, tl = self.alignment_maps(gen), gen.text_lengths  # tl: N (+ 1 <eos>), the attention's width
         skips, repeats = zip(*(skips_and_repeats(maps[i], int(tl[i]), int(gen.steps[i])) for i in range(k)))
         kw = dict(on_epoch=True, batch_size=k)
         self.log(f"{stage}/focus_rate_fr", focus_rate(maps, tl, gen.steps).mean(), **kw)
@@ -182,7 +182,8 @@ class TTSTask(Task):
                 (f"free-running ({n} frames{'' if bool(gen.stopped[0]) else ', no stop'})", gen.mel[0, :n])]
         alignment = self.alignment_maps(gen)[0].mean(0)[: int(gen.steps[0])]  # (steps, N)
         wave = MelExtractor(self.mel_cfg).griffin_lim(gen.mel[0, :n].cpu(), n_iter=self.griffin_lim_iters)
-        return ListeningSample(self.vocab.decode(ex["text"][0]), mels, alignment, wave, self.mel_cfg.sample_rate)
+        return ListeningSample(self.vocab.decode(ex["text"][0]), mels, alignment, wave, self.mel_cfg.sample_rate,
+                               labels=self.net.char_labels(ex["text"][0], int(ex["text_lengths"][0])))
 
     # --- protocols used by callbacks ----------------------------------------------------------------------------
     def tokens_in_batch(self, batch: dict):
@@ -192,7 +193,7 @@ class TTSTask(Task):
     def attention_sample(self, max_tokens: int) -> AttentionSample:
         """The fixed validation utterance: characters across, decoder steps (unnamed) down."""
         ex = self._example()
-        chars = list(self.vocab.decode(ex["text"][0]))
+        chars = self.net.char_labels(ex["text"][0], int(ex["text_lengths"][0]))  # + <eos>: one per column
         return AttentionSample({k: ex[k] for k in ("text", "text_lengths", "mel", "mel_lengths")}, keys=chars)
 
     def attention_forward(self, text, text_lengths, mel, mel_lengths):

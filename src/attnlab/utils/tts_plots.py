@@ -30,8 +30,9 @@ def mel_figure(mels: Sequence, titles: Sequence[str], title: str = "") -> Figure
     return fig
 
 
-def alignment_figure(attention, text: str, title: str = "") -> Figure:
-    """(steps, N) attention (heads averaged): characters on the x axis, decoder steps upwards."""
+def alignment_figure(attention, text: str | Sequence[str], title: str = "") -> Figure:
+    """(steps, N) attention (heads averaged): characters on the x axis, decoder steps upwards; ``text``: one label
+    per column (a string's characters, or a list such as the characters and ``<eos>``)."""
     a = _to_numpy(attention)
     fig = new_figure(figsize=(max(4.0, 0.16 * a.shape[1] + 1.5), max(3.0, 0.05 * a.shape[0] + 1.5)))
     ax = fig.subplots()
