@@ -46,6 +46,10 @@ def sockets_refused():
     through a Unix socket pair; neither can leave the machine. With them refused too, `wandb.init` waited for its
     service forever (measured: no error after 10 minutes), hence also the watchdog below.
     """
+    # urllib3 probes for IPv6 support when first imported (urllib3.util.connection._has_ipv6: it binds a socket to
+    # ::1, connects nowhere); a library imports it lazily mid-run, so import it before the guard goes on
+    import urllib3.util.connection  # noqa: F401
+
     true_socket, true_getaddrinfo = socket.socket, socket.getaddrinfo
     pytest_socket.disable_socket(allow_unix_socket=True)
     guarded_socket, guarded_getaddrinfo = socket.socket, socket.getaddrinfo
