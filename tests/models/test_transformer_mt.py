@@ -63,6 +63,8 @@ def test_beam_one_equals_greedy_argmax_loop():
             ids.append(nxt)
             if nxt == EOS:
                 break
+        else:  # the limit reached without EOS: fairseq's rule (force_eos_at_max_len, the default) appends it
+            ids.append(EOS)
         assert res.best[b].tolist() == ids[1:]
 
 
