@@ -142,10 +142,11 @@ class Comparison:
                             " ".join(r.jobs)])
 
     # ---- the figure ------------------------------------------------------------------------------------------
-    def plot(self, path: str | Path | None = None, ax=None, key: str | None = None):
+    def plot(self, path: str | Path | None = None, ax=None, key: str | None = None,
+             labels: dict[str, str] | None = None):
         """Each setting's curve of ``key`` (default: the compared metric) over steps: the mean over its seeds at
-        the steps they all logged, with a ± std band. Saved to ``path`` if given; returns the figure (None when no
-        job logged a curve of it)."""
+        the steps they all logged, with a ± std band. ``labels``: a legend name per setting. Saved to ``path`` if
+        given; returns the figure (None when no job logged a curve of it)."""
         import matplotlib.pyplot as plt
 
         key = key or self.metric
@@ -158,7 +159,8 @@ class Comparison:
         else:
             fig = ax.figure
         for setting, (steps, mean, std, n) in curves.items():
-            label = f"{setting} (n={n})" + (" – baseline" if setting == self.baseline else "")
+            name = (labels or {}).get(setting, setting)
+            label = f"{name} (n={n})" + (" – baseline" if setting == self.baseline else "")
             (line,) = ax.plot(steps, mean, marker="o", ms=3, label=label)
             if std is not None:
                 ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
@@ -208,15 +210,17 @@ def welch(a, b, confidence: float = 0.95) -> tuple[float, float | None, float | 
 
 
 def compare(sweep_dir: str | Path, by: str | list[str] | None = None, metric: str = "val/loss",
-            baseline: str | None = None, mode: str = "auto", confidence: float = 0.95) -> Comparison:
+            baseline: str | None = None, mode: str = "auto", confidence: float = 0.95,
+            job_class: type[SweepJob] = SweepJob) -> Comparison:
     """Group the sweep's finished jobs by the values of ``by`` (a key or a list; dotted config keys, config groups
-    and overrides all work; None: every override but the seed) and compare ``metric``'s final value."""
+    and overrides all work; None: the overrides that vary, seed aside) and compare ``metric``'s final value.
+    ``job_class``: what ``Comparison.jobs`` holds (the claims read more from a job)."""
     if not 0 < confidence < 1:
         raise CompareError(f"confidence must be between 0 and 1, got {confidence}")
     by = [k for part in ([by] if isinstance(by, str) else by or []) for k in part.split(",") if k]
     sweep_dir = Path(sweep_dir)
     try:
-        jobs = sweep_jobs(sweep_dir)
+        jobs = sweep_jobs(sweep_dir, job_class)
     except FileNotFoundError as e:
         raise CompareError(str(e)) from None
     notes = []

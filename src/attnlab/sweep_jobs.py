@@ -128,5 +128,5 @@ def sweep_job_dirs(sweep_dir: str | Path) -> list[Path]:
     return sorted(subdirs, key=lambda p: int(p.name))
 
 
-def sweep_jobs(sweep_dir: str | Path) -> list[SweepJob]:
-    return [SweepJob(p) for p in sweep_job_dirs(sweep_dir)]
+def sweep_jobs(sweep_dir: str | Path, job_class: type[SweepJob] = SweepJob) -> list[SweepJob]:
+    return [job_class(p) for p in sweep_job_dirs(sweep_dir)]
