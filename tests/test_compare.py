@@ -7,16 +7,16 @@ from __future__ import annotations
 import csv
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import run_cli
+import yaml
+from helpers import compose_train, run_cli
 from scipy import stats
 
 from attnlab.compare import compare, main
+from attnlab.train import prepare_loggers
 from attnlab.utils.sweep import setting_name, setting_overrides
 
 # two validation points per job (2 epochs of 2 batches), no test, the slow callbacks off; CSV and W&B offline
@@ -35,13 +35,10 @@ def sweep(tmp_path_factory, cache_dir) -> Path:
     return folder
 
 
-def wandb_run_record(job: Path) -> dict:
-    """The run record (group, tags, job type) of a job's offline W&B log, read by W&B's own local reader."""
+def wandb_log(job: Path) -> bytes:
+    """A job's offline W&B log: its run record (group, tags) is protobuf, whose strings are stored as is."""
     (log,) = job.glob("wandb/offline-run-*/run-*.wandb")
-    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(log)],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return next(r["run"] for r in map(json.loads, out.stdout.splitlines()) if r.get("type") == "run")
+    return log.read_bytes()
 
 
 def test_setting_name_is_the_overrides_without_seed_and_bookkeeping():
@@ -58,12 +55,28 @@ def test_setting_name_is_the_overrides_without_seed_and_bookkeeping():
     assert name != setting_name(long[:-1] + ["model.net.key_29=30"], "causal_lm")
 
 
+def test_an_experiment_sweep_is_grouped_under_the_experiment_name(tmp_path):
+    overrides = ["experiment=e09_rmsnorm", "norm=rms", "seed=1", "logger=wandb"]
+    cfg = compose_train(overrides, tmp_path)
+    prepare_loggers(cfg, overrides)
+    assert cfg.logger.wandb.group == "e09_rmsnorm/norm=rms"
+    assert {"claim-E9", "norm=rms", "seed=1"} <= set(cfg.logger.wandb.tags)
+    overrides = ["seed=2", "norm=rms", "experiment=e09_rmsnorm", "logger=wandb"]  # another seed, another order
+    cfg = compose_train(overrides, tmp_path)
+    prepare_loggers(cfg, overrides)
+    assert cfg.logger.wandb.group == "e09_rmsnorm/norm=rms" and "seed=2" in cfg.logger.wandb.tags
+
+
 def test_seeds_of_a_setting_share_a_wandb_group(sweep):
-    pre0, pre1, rms0 = (wandb_run_record(sweep / job) for job in ("0", "1", "2"))
-    assert pre0["run_group"] == pre1["run_group"] != rms0["run_group"]
-    assert pre0["run_group"].startswith("causal_lm/") and "norm=pre" in pre0["run_group"]
-    assert "seed" not in pre0["run_group"] and "logger" not in pre0["run_group"]
-    assert "seed=0" in pre0["tags"] and "seed=1" in pre1["tags"] and "norm=rms" in rms0["tags"]
+    jobs = {j: yaml.safe_load((sweep / j / ".hydra" / "overrides.yaml").read_text()) for j in "012"}
+    group = {j: setting_name(o, "causal_lm", drop=["model"]) for j, o in jobs.items()}  # what train.py gives W&B
+    assert group["0"] == group["1"] != group["2"] and "norm=pre" in group["0"] and "norm=rms" in group["2"]
+    assert group["0"].startswith("causal_lm/") and "seed" not in group["0"] and "logger" not in group["0"]
+    logs = {j: wandb_log(sweep / j) for j in "012"}
+    assert group["0"].encode() in logs["0"] and group["0"].encode() in logs["1"]
+    assert group["2"].encode() in logs["2"] and group["0"].encode() not in logs["2"]
+    # the seed tag (the command line recorded in each log says "seed=0,1", which holds no "seed=1")
+    assert b"seed=1" in logs["1"] and b"seed=1" not in logs["0"] and b"norm=rms" in logs["2"]
 
 
 def test_compare_table_matches_numpy_and_scipy(sweep, tmp_path, capsys):
