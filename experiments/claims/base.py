@@ -11,7 +11,6 @@ is computed by the analysis from the numbers, by a rule written in the claim's m
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field

@@ -335,12 +335,16 @@ def default_out(sweep_dir: Path, by: list[str], metric: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m attnlab.compare", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python -m attnlab.compare",
+                                 description="Compare the settings of a seed sweep: per setting n, mean ± std over "
+                                             "seeds, and the difference to a baseline with Welch's interval and "
+                                             "p-value; writes a markdown table, a CSV and a figure of the curves.",
                                  epilog="Example: python -m attnlab.compare outputs/train/multiruns/<date> --by norm "
                                         "--metric val/loss --baseline pre")
     ap.add_argument("sweep_dir", type=Path, help="a multirun folder (its numbered job folders)")
     ap.add_argument("--by", default=None, help="the swept key(s) that define a setting, comma-separated (norm, "
-                                               "model.net.d_model); default: every override but the seed")
+                                               "model.net.d_model); default: the overrides that vary between jobs, "
+                                               "seed aside")
     ap.add_argument("--metric", default="val/loss", help="a metric of metrics.json or of the logged curves")
     ap.add_argument("--baseline", default=None, help="the setting the others are compared to (default: the first)")
     ap.add_argument("--mode", default="auto", choices=("auto", "min", "max"),
