@@ -131,14 +131,17 @@ def test_compare_errors_are_one_line(sweep, tmp_path, capsys):
 
 
 def test_a_setting_with_one_seed_has_no_interval(sweep, tmp_path, capsys):
-    """One seed per setting (and an unfinished job): n=1, no std, no interval, no crash."""
+    """One seed per setting (besides a diverged job and an unfinished one): n=1, no std, no interval, no crash."""
     small = tmp_path / "sweep"
-    for job in ("0", "2", "3"):
+    for job in ("0", "1", "2", "3"):
         shutil.copytree(sweep / job, small / job)
     (small / "3" / "metrics.json").unlink()  # as a job that did not finish
+    diverged = json.loads((small / "1" / "metrics.json").read_text())
+    (small / "1" / "metrics.json").write_text(json.dumps({**diverged, "val/loss": float("nan")}))
     assert main([str(small), "--by", "norm", "--out", str(tmp_path / "one")]) == 0
     out = capsys.readouterr().out
-    assert "job 3 left out: it did not finish" in out and "pre has a single seed" in out
+    assert "job 3 left out: it did not finish" in out and "job 1 left out: its val/loss is nan" in out
+    assert "pre has a single seed" in out
     with open(tmp_path / "one.csv") as f:
         rows = {r["setting"]: r for r in csv.DictReader(f)}
     assert rows["rms"]["n"] == "1" and rows["rms"]["std"] == "" and rows["rms"]["ci_low"] == ""

@@ -237,7 +237,11 @@ def compare(sweep_dir: str | Path, by: str | list[str] | None = None, metric: st
     for j in finished:
         if values[j.name] is None:
             notes.append(f"job {j.name} left out: it logged no {metric!r}")
-    measured = [j for j in finished if values[j.name] is not None]
+        elif not math.isfinite(values[j.name]):  # a diverged run: no mean or interval survives a NaN
+            notes.append(f"job {j.name} left out: its {metric} is {values[j.name]}")
+    measured = [j for j in finished if values[j.name] is not None and math.isfinite(values[j.name])]
+    if not measured:
+        raise CompareError(f"no job has a finite {metric!r} under {sweep_dir}")
 
     if mode == "auto":
         mode = "min" if any(s in metric.lower() for s in LOWER_IS_BETTER) else "max"
