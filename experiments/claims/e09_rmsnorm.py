@@ -64,9 +64,9 @@ def analyze(ctx: Context) -> Result:
                   + (f" (Δ {interval(rms.ci_low, rms.ci_high)})" if with_intervals else "")
                   + f"; step time ×{speedup:.2f}"),
         verdict=verdict_of_parts(as_good, cheaper),
-        evidence=(f"Same data and steps, {n} seed(s) per setting, {len(loss.jobs['pre'][0].curve('val/loss')[0])} "
-                  f"validation points per run. {loss_text}; {time_text}. The norm is a small share of a step at "
-                  f"this size, so the time gain is small."),
+        evidence=(f"Same data and steps, {n} seed{'s' if n > 1 else ''} per setting, "
+                  f"{len(loss.jobs['pre'][0].curve('val/loss')[0])} validation points per run. {loss_text}; "
+                  f"{time_text}. The norm is a small share of a step at this size, so the time gain is small."),
         notes="Step times are wall-clock on a shared 2-core CPU; the interval is over seeds, not over repeats of "
               "the timing." if with_intervals else "",
     )

@@ -69,8 +69,8 @@ def analyze(ctx: Context) -> Result:
                   f"({gap:+.3f} nats" + (f", 95% CI {interval(low, high)}" if low is not None else "")
                   + f", {n} seed{'s' if n > 1 else ''})"),
         verdict=verdict(worse, partly=partly),
-        evidence=(f"Same data and {cfg.trainer.max_steps} steps, {n} seed(s) per setting; only the norm kind "
-                  f"differs. BatchNorm's best validation loss is {gap:+.3f} nats from LayerNorm's (means "
+        evidence=(f"Same data and {cfg.trainer.max_steps} steps, {n} seed{'s' if n > 1 else ''} per setting; only "
+                  f"the norm kind differs. BatchNorm's best validation loss is {gap:+.3f} nats from LayerNorm's (means "
                   f"{bn['best val loss']:.3f} vs {ln['best val loss']:.3f}; test perplexity {bn['test ppl']:.1f} vs "
                   f"{ln['test ppl']:.1f}); {rule}"),
         notes=(f"An early-training comparison: over the last {last_drop['pre'][1]} steps the validation loss still "
