@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import all_claims, get_claim
 from .report import CLI, write_report
-from .runner import REPO, ClaimRunError, run_claim
+from .runner import REPO, ClaimRunError, run_claim, with_seeds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,8 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "list":
             for c in all_claims().values():
-                print(f"{c.id:>4}  {c.title}  (~{c.minutes:.0f} min)")
-                for command in c.commands or [f"(no training of its own: analyzes the runs of {', '.join(c.uses)})"]:
+                seeds = f", {c.seeds} seeds per setting" if c.seeds > 1 else ""
+                print(f"{c.id:>4}  {c.title}  (~{c.minutes:.0f} min{seeds})")
+                for command in [with_seeds(x, c.seeds) for x in c.commands] or [f"(no training of its own: analyzes the runs of {', '.join(c.uses)})"]:
                     print(f"        {command}")
             return 0
         if args.cmd == "report":

@@ -11,7 +11,6 @@ is computed by the analysis from the numbers, by a rule written in the claim's m
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +18,8 @@ from functools import cached_property
 from pathlib import Path
 from statistics import median
 from typing import Any
+
+from attnlab.sweep_jobs import SweepJob, sweep_job_dirs
 
 VERDICTS = ("reproduced", "partly reproduced", "not reproduced")
 
@@ -52,6 +53,9 @@ class Claim:
     # other claims whose runs this one's analysis reads (ctx.other(id)); the runner runs them first if missing
     uses: tuple[str, ...] = ()
     minutes: float = 5.0  # expected wall time on 2 CPU cores, all commands together
+    # seeds per setting: the runner adds `seed=0,…,seeds-1` to each train.py sweep (2 with --quick) that sets no
+    # seed, and the analysis compares settings with intervals over them (ctx.compare); 1 = a single run each
+    seeds: int = 1
 
 
 @dataclass
@@ -67,47 +71,17 @@ class Result:
             raise ValueError(f"verdict {self.verdict!r}; choose one of {', '.join(VERDICTS)}")
 
 
-class Job:
-    """One finished Hydra job (a run directory) of a claim's sweep."""
-
-    def __init__(self, path: Path):
-        self.dir = Path(path)
-
-    def __repr__(self) -> str:
-        return f"Job({self.dir}, {self.overrides})"
-
-    @cached_property
-    def overrides(self) -> dict[str, str]:
-        """The command-line overrides of this job, ``{'norm': 'rms', 'model.net.pool': 'cls'}``."""
-        import yaml
-
-        items = yaml.safe_load((self.dir / ".hydra" / "overrides.yaml").read_text()) or []
-        return dict(item.lstrip("+~").split("=", 1) for item in items if "=" in item)
-
-    @cached_property
-    def choices(self) -> dict[str, str]:
-        """The option of each config group this job ran with, ``{'pos': 'learned', 'norm': 'pre', ...}`` (Hydra's
-        runtime choices: group options are parts, whose config has no name of its own)."""
-        from omegaconf import OmegaConf
-
-        hydra_cfg = OmegaConf.load(self.dir / ".hydra" / "hydra.yaml")
-        return {str(k): str(v) for k, v in hydra_cfg.hydra.runtime.choices.items() if v is not None}
-
-    @cached_property
-    def config(self):
-        from omegaconf import OmegaConf
-
-        return OmegaConf.load(self.dir / ".hydra" / "config.yaml")
+class Job(SweepJob):
+    """One finished Hydra job (a run directory) of a claim's sweep: its overrides, group choices, config and seed
+    (read by :class:`attnlab.sweep_jobs.SweepJob`, shared with ``python -m attnlab.compare``), and what the claims
+    read from it."""
 
     @cached_property
     def metrics(self) -> dict[str, float]:
         """Final metrics (after fit and test) from ``metrics.json``; a one-line error if the job did not finish."""
-        path = self.dir / "metrics.json"
-        if not path.is_file():
-            status = self.dir / "job_status.json"
-            why = json.loads(status.read_text()).get("error", "?") if status.is_file() else "no job_status.json"
-            raise RuntimeError(f"{self.dir} has no metrics.json (the job did not finish: {why})")
-        return json.loads(path.read_text())
+        if not self.finished:
+            raise RuntimeError(f"{self.dir} has no metrics.json (the job did not finish: {self.why_unfinished()})")
+        return self.final
 
     def metric(self, key: str) -> float:
         if key not in self.metrics:
@@ -157,13 +131,29 @@ class Context:
     def jobs(self, command: int = 0) -> list[Job]:
         return sweep_jobs(self.dir / str(command))
 
-    def job(self, command: int = 0, **overrides: Any) -> Job:
-        """The job of command ``command`` whose overrides include these (``job(norm='rms')``; dots as ``__``)."""
+    def jobs_of(self, command: int = 0, **overrides: Any) -> list[Job]:
+        """The jobs of command ``command`` whose overrides include these (``jobs_of(norm='rms')``: every seed of that
+        setting; dots as ``__``)."""
         want = {k.replace("__", "."): str(v) for k, v in overrides.items()}
-        found = [j for j in self.jobs(command) if all(j.overrides.get(k) == v for k, v in want.items())]
+        return [j for j in self.jobs(command) if all(j.overrides.get(k) == v for k, v in want.items())]
+
+    def job(self, command: int = 0, **overrides: Any) -> Job:
+        """The one job of command ``command`` whose overrides include these (``job(norm='rms')``; dots as ``__``)."""
+        found = self.jobs_of(command, **overrides)
         if len(found) != 1:
-            raise LookupError(f"{len(found)} jobs of {self.dir / str(command)} match {want}")
+            seeds = f" (seeds {sorted(j.seed for j in found)}: use ctx.jobs_of or ctx.compare)" if found else ""
+            raise LookupError(f"{len(found)} jobs of {self.dir / str(command)} match {overrides}{seeds}")
         return found[0]
+
+    def compare(self, by: str, metric: str, baseline: Any = None, command: int = 0, mode: str = "auto",
+                confidence: float = 0.95):
+        """Command ``command``'s settings of ``by`` over their seeds (:func:`attnlab.compare.compare`, the code of
+        ``python -m attnlab.compare``): per setting n, mean ± std, and the difference to ``baseline`` with its
+        interval and p-value."""
+        from attnlab.compare import compare
+
+        return compare(self.dir / str(command), by, metric, None if baseline is None else str(baseline), mode,
+                       confidence, job_class=Job)
 
     def settings(self, key: str, labels: dict[Any, str], command: int = 0):
         """(value, label, job) for each swept value of the override ``key`` (dots as in the command line), in the
@@ -180,13 +170,9 @@ class Context:
 
 def sweep_jobs(sweep_dir: Path) -> list[Job]:
     """The jobs of one multirun folder in job order (0, 1, …, 10), or the folder itself if it is a single run."""
-    sweep_dir = Path(sweep_dir)
-    if (sweep_dir / ".hydra").is_dir():
-        return [Job(sweep_dir)]
-    subdirs = [p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()] if sweep_dir.is_dir() else []
-    if not subdirs:
+    if not Path(sweep_dir).is_dir():
         raise FileNotFoundError(f"no runs under {sweep_dir}")
-    return [Job(p) for p in sorted(subdirs, key=lambda p: int(p.name))]
+    return [Job(p) for p in sweep_job_dirs(sweep_dir)]
 
 
 def fmt(x: float, digits: int = 3) -> float | None:

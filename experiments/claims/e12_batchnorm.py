@@ -1,43 +1,81 @@
-"""E12: BatchNorm vs LayerNorm in a pre-norm GPT: validation loss at equal steps."""
+"""E12: BatchNorm vs LayerNorm in a pre-norm GPT: best validation loss at equal steps, over seeds.
+
+The verdict reads the 95% interval of BatchNorm − LayerNorm best validation loss (Welch, over the seeds): the claim
+is reproduced when the interval lies above zero (BatchNorm significantly worse), partly when BatchNorm is worse on
+average but the interval includes zero, not when it is no worse. With one seed per setting the single-run rule
+applies (worse by more than MARGIN reproduces, worse by less partly).
+"""
 
 from __future__ import annotations
 
+from statistics import mean, stdev
+
+from attnlab.compare import welch
+
 from .base import QUICK_LM, Claim, Context, Result, fmt, verdict
-from .plots import curve, figure, save
+from .plots import figure, save
 
 SETTINGS = {"pre": "LayerNorm (pre)", "batch": "BatchNorm (pre)"}
-MARGIN = 0.05  # nats: a gap smaller than this is within run-to-run noise at this size
+MARGIN = 0.05  # nats: with a single seed, a gap smaller than this is taken as run-to-run noise at this size
+
+
+def interval(low: float | None, high: float | None) -> str | None:
+    return None if low is None else f"[{low:+.3f}, {high:+.3f}]"
 
 
 def analyze(ctx: Context) -> Result:
+    val = ctx.compare("norm", "val/loss", baseline="pre")  # the code of `python -m attnlab.compare`
     fig, (ax_train, ax_val) = figure(ncols=2)
-    rows, last_drop = [], {}
-    for norm, label, job in ctx.settings("norm", SETTINGS):
-        _, loss = curve(ax_train, job, "train/loss", label=label, lw=1)
-        v_steps, v_loss = curve(ax_val, job, "val/loss", marker="o", ms=3, label=label)
-        last_drop[norm] = (v_loss[-2] - v_loss[-1], v_steps[-1] - v_steps[-2]) if len(v_loss) > 1 else (0.0, 0)
-        rows.append({"norm": label, "final train loss": fmt(loss[-1]), "val loss": fmt(v_loss[-1]),
-                     "best val loss": fmt(min(v_loss)), "test ppl": fmt(job.metric("test/ppl"), 2)})
-    ax_train.set(xlabel="step", ylabel="train loss", title="training loss (batch statistics)")
-    ax_val.set(xlabel="step", ylabel="val loss", title="validation loss (running statistics)")
-    ax_val.legend()
-    save(fig, ctx.figure_path, "E12: BatchNorm vs LayerNorm")
+    val.plot(ax=ax_train, key="train/loss", labels=SETTINGS)
+    val.plot(ax=ax_val, labels=SETTINGS)
+    ax_train.set(ylabel="train loss", title="training loss (batch statistics)")
+    ax_val.set(ylabel="val loss", title="validation loss (running statistics)")
+    save(fig, ctx.figure_path, "E12: BatchNorm vs LayerNorm (mean ± std over seeds)")
+
+    best, last_drop = {}, {}
+    for norm in SETTINGS:
+        curves = [j.curve("val/loss") for j in val.jobs[norm]]
+        best[norm] = [min(v) for _, v in curves]
+        steps, v_loss = curves[0]
+        last_drop[norm] = ((mean(v[-2] - v[-1] for _, v in curves), steps[-1] - steps[-2]) if len(v_loss) > 1
+                           else (0.0, 0))
+    gap, low, high, p = welch(best["batch"], best["pre"], val.confidence)
+    rows = []
+    for norm, label in SETTINGS.items():
+        jobs, baseline = val.jobs[norm], norm == "pre"
+        rows.append({"norm": label, "seeds": len(jobs),
+                     "final train loss": fmt(mean(j.curve("train/loss")[1][-1] for j in jobs)),
+                     "val loss": fmt(val.row(norm).mean), "best val loss": fmt(mean(best[norm])),
+                     "± std": fmt(stdev(best[norm])) if len(jobs) > 1 else None,
+                     "Δ best val loss": None if baseline else fmt(gap),
+                     "95% CI": None if baseline else interval(low, high),
+                     "p": None if baseline or p is None else fmt(p),
+                     "test ppl": fmt(mean(j.metric("test/ppl") for j in jobs), 2)})
     ln, bn = rows
-    gap = bn["best val loss"] - ln["best val loss"]
-    cfg = ctx.job(norm="pre").config
+    n = min(len(v) for v in best.values())
+    cfg = val.jobs["pre"][0].config
+    if low is not None:
+        worse, partly = low > 0, gap > 0
+        rule = (f"95% interval {interval(low, high)} (Welch over the seeds, p = {p:.2g}). The rule: an interval "
+                f"above zero (significantly worse) reproduces the claim, worse on average with an interval that "
+                f"includes zero partly, no worse does not.")
+    else:
+        worse, partly = gap > MARGIN, gap > 0
+        rule = (f"One seed per setting, so no interval. The rule: worse by more than {MARGIN} nats reproduces the "
+                f"claim, worse by less partly, no worse does not.")
     return Result(
         rows=rows,
-        headline=f"BatchNorm best val loss {bn['best val loss']:.3f} vs LayerNorm {ln['best val loss']:.3f} "
-                 f"({gap:+.3f} nats)",
-        verdict=verdict(gap > MARGIN, partly=gap > 0),
-        evidence=(f"Same data, seed and {cfg.trainer.max_steps} steps; only the norm kind differs. BatchNorm's best "
-                  f"validation loss is {gap:+.3f} nats from LayerNorm's ({bn['best val loss']:.3f} vs "
-                  f"{ln['best val loss']:.3f}; test perplexity {bn['test ppl']:.1f} vs {ln['test ppl']:.1f}). The "
-                  f"rule: worse by more than {MARGIN} nats reproduces the claim, worse by less partly, no worse does "
-                  f"not."),
+        headline=(f"BatchNorm best val loss {bn['best val loss']:.3f} vs LayerNorm {ln['best val loss']:.3f} "
+                  f"({gap:+.3f} nats" + (f", 95% CI {interval(low, high)}" if low is not None else "")
+                  + f", {n} seed{'s' if n > 1 else ''})"),
+        verdict=verdict(worse, partly=partly),
+        evidence=(f"Same data and {cfg.trainer.max_steps} steps, {n} seed{'s' if n > 1 else ''} per setting; only "
+                  f"the norm kind differs. BatchNorm's best validation loss is {gap:+.3f} nats from LayerNorm's (means "
+                  f"{bn['best val loss']:.3f} vs {ln['best val loss']:.3f}; test perplexity {bn['test ppl']:.1f} vs "
+                  f"{ln['test ppl']:.1f}); {rule}"),
         notes=(f"An early-training comparison: over the last {last_drop['pre'][1]} steps the validation loss still "
-               f"fell by {last_drop['pre'][0]:.3f} (LayerNorm) and {last_drop['batch'][0]:.3f} nats (BatchNorm); the "
-               f"paper's gap is at convergence, on translation with padded batches. "
+               f"fell by {last_drop['pre'][0]:.3f} (LayerNorm) and {last_drop['batch'][0]:.3f} nats (BatchNorm), "
+               f"seed means; the paper's gap is at convergence, on translation with padded batches. "
                f"{cfg.model.net.n_layers} layers, d={cfg.model.net.d_model}, context {cfg.data.seq_len}, batch "
                f"{cfg.data.batch_size} ({cfg.data.seq_len * cfg.data.batch_size} positions per BatchNorm statistic). "
                f"BatchNorm's training loss uses batch statistics, its validation loss the running ones; in training "
@@ -53,5 +91,6 @@ CLAIM = Claim(
     commands=["python train.py -m experiment=e12_batchnorm norm=pre,batch"],
     analyze=analyze,
     quick=QUICK_LM,
-    minutes=4,
+    seeds=3,
+    minutes=12,  # ~4 min for one seed of both settings on 2 idle cores; × 3 seeds
 )

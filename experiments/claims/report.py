@@ -73,7 +73,8 @@ def render(docs: Path) -> str:
             ran = f"{r['minutes']} min (wall, all its runs" + (f", load average {load[0]}→{load[1]})" if load else ")")
         else:  # --analyze-only of runs made another way, or a claim that only reads another's runs
             ran = "run time not recorded" if r["commands"] else "analysis only"
-        lines.append(f"<sub>{ran} on {r['machine']}, {r['date']}, commit {r.get('git') or '?'}</sub>")
+        seeds = f", {r['seeds']} seeds per setting" if (r.get("seeds") or 1) > 1 else ""
+        lines.append(f"<sub>{ran}{seeds} on {r['machine']}, {r['date']}, commit {r.get('git') or '?'}</sub>")
     return "\n".join(lines) + "\n"
 
 

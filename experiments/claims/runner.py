@@ -2,7 +2,9 @@
 
 ``python train.py -m ...`` commands are run with this interpreter and get ``hydra.sweep.dir=<claim dir>/<i>``
 appended (a fresh folder each time: an earlier run of the claim is moved aside to ``<id>.old-<time>``, never
-deleted). ``--quick`` adds short limits and the claim's tiny-model overrides, and writes the result next to the
+deleted). A claim with ``seeds=N`` runs each setting with ``seed=0,…,N-1`` (appended to its train.py sweeps; the
+page shows the commands as run) and compares settings with intervals over the seeds. ``--quick`` adds short limits
+and the claim's tiny-model overrides (and two seeds where the claim has more), and writes the result next to the
 runs instead of into docs/, so the tests can exercise the whole path in seconds without touching the page.
 """
 
@@ -31,6 +33,15 @@ class ClaimRunError(RuntimeError):
     pass
 
 
+def with_seeds(command: str, seeds: int) -> str:
+    """A ``python train.py -m ...`` command with ``seed=0,…,seeds-1`` appended (unless it sets a seed already):
+    each setting of the sweep then runs with every seed."""
+    args = shlex.split(command)
+    if seeds <= 1 or args[1:2] != ["train.py"] or any(a.lstrip("+").startswith("seed=") for a in args):
+        return command
+    return f"{command} seed={','.join(map(str, range(seeds)))}"
+
+
 def command_argv(command: str, sweep_dir: Path, extra: list[str]) -> list[str]:
     """The argv of one claim command: ``python`` is this interpreter; train.py sweeps go to ``sweep_dir``."""
     argv = shlex.split(command)
@@ -47,13 +58,15 @@ def run_claim(claim: Claim, out: Path, docs: Path | None, quick: bool = False, a
               log=print) -> Path:
     """Run (unless ``analyze_only``) and analyze one claim; return the path of the result JSON."""
     claim_dir = out / claim.id
+    seeds = min(claim.seeds, 2) if quick else claim.seeds  # --quick: two seeds, enough for an interval
+    commands = [with_seeds(c, seeds) for c in claim.commands]  # what runs, and what the page shows
     start, load_before = time.time(), os.getloadavg()[0]
     if not analyze_only:
         if claim_dir.exists():
             claim_dir.rename(claim_dir.with_name(f"{claim.id}.old-{time.strftime('%Y%m%d-%H%M%S')}"))
         claim_dir.mkdir(parents=True)
         env = {**os.environ, "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0"}
-        for i, command in enumerate(claim.commands):
+        for i, command in enumerate(commands):
             is_train = command.split()[1:2] == ["train.py"]
             extra = (QUICK_LIMITS + claim.quick if is_train else claim.quick) if quick else []
             argv = command_argv(command, claim_dir / str(i), extra)
@@ -75,7 +88,7 @@ def run_claim(claim: Claim, out: Path, docs: Path | None, quick: bool = False, a
     if not figure.is_file():
         raise ClaimRunError(f"{claim.id}: the analysis drew no figure at {figure}")
     record = {
-        "id": claim.id, "title": claim.title, "statement": claim.statement, "commands": claim.commands,
+        "id": claim.id, "title": claim.title, "statement": claim.statement, "commands": commands, "seeds": seeds,
         "rows": result.rows, "headline": result.headline, "verdict": result.verdict, "evidence": result.evidence,
         "notes": result.notes, "figure": os.path.relpath(figure, target.parent if target.name == "results" else target),
         "minutes": None if analyze_only else round(minutes, 1), "quick": quick,

@@ -24,7 +24,7 @@ from .checkpoints import verified  # ckpt_path/resume: weights_only=True, an uns
 from .errors import CheckpointWriteError, NonFiniteLossError, find_user_error, one_line_message
 from .paths import CONF_DIR
 from .utils.hardware import slow_bf16_warning
-from .utils.sweep import one_line, write_job_status
+from .utils.sweep import WANDB_TAG_MAX, one_line, setting_name, setting_overrides, write_job_status
 from .utils.config import ConfigError, auto_tags, check_block_groups, flatten, print_config_tree, used_groups
 from .utils.validate import validate_config
 
@@ -72,17 +72,38 @@ def build_model(model_cfg: DictConfig) -> L.LightningModule:
     return hydra.utils.instantiate(cfg, _convert_="all")
 
 
-def prepare_loggers(cfg: DictConfig) -> None:
-    """Fill W&B run name, group and tags from the chosen groups, unless the config sets them."""
+def prepare_loggers(cfg: DictConfig, overrides: list[str] | None = None) -> None:
+    """Fill W&B run name, group and tags from the chosen groups, unless the config sets them.
+
+    The group is the job's setting: the experiment (or model) name and the command line's overrides minus ``seed``
+    and run bookkeeping (:func:`~attnlab.utils.sweep.setting_name`), so the seeds of ``-m norm=pre,rms
+    seed=0,1,2`` land in two groups that W&B's "group by" averages; each run is also tagged ``seed=<n>`` and with
+    every override of its setting. ``overrides``: the command line's (default: this Hydra job's)."""
     wb = (cfg.get("logger") or {}).get("wandb")
     if not wb:
         return
+    if overrides is None:
+        overrides = _task_overrides()
     tags = auto_tags(cfg)
+    # the prefix names the experiment (or the model): the override that chose it is not repeated after it
+    prefix = cfg.get("experiment_name") or str(cfg.model.get("name"))
+    drop = ("experiment", "experiment_name") if cfg.get("experiment_name") else ("model",)
+    setting = setting_overrides(overrides)
+    tags += [t for t in setting if t not in tags and len(t) <= WANDB_TAG_MAX]
+    tags.append(f"seed={cfg.get('seed')}")
     with open_dict(cfg):
         wb.tags = wb.tags or tags
-        wb.group = wb.group or cfg.get("experiment_name") or str(cfg.model.get("name"))
+        wb.group = wb.group or setting_name(overrides, prefix, drop)
         groups = tuple(f"{g}=" for g in used_groups(cfg))  # run name: the model and its group choices
         wb.name = wb.name or "-".join([tags[0]] + [t.split("=")[-1] for t in tags[1:] if t.startswith(groups)])
+
+
+def _task_overrides() -> list[str]:
+    """This Hydra job's command-line overrides (none outside a Hydra run, e.g. a config composed by hand)."""
+    try:
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:
+        return []
 
 
 def run(cfg: DictConfig) -> dict[str, float]:

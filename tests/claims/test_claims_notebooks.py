@@ -68,11 +68,14 @@ def test_review_sweep_notebook(quick_e9, monkeypatch):
     out, proc = quick_e9
     assert proc.returncode == 0, proc.stderr[-2000:]
     sweep = out / "E9" / "0"
-    nb = run_notebook("review_sweep.ipynb", f'SWEEP_DIR = {str(sweep)!r}\nMETRIC, LOWER_IS_BETTER = "val/loss", True',
-                      monkeypatch)
+    nb = run_notebook("review_sweep.ipynb", f'SWEEP_DIR = {str(sweep)!r}\nMETRIC, LOWER_IS_BETTER = "val/loss", True'
+                      '\nBY = "norm"', monkeypatch)
     shown = text(nb)
-    assert f"sweep: {sweep.resolve()} (2 jobs)" in shown
-    assert "| job | norm | val/loss |" in shown  # only the varying override, then the metrics
+    assert f"sweep: {sweep.resolve()} (4 jobs)" in shown  # 2 norms × 2 seeds (E9 --quick)
+    assert "| job | norm | seed | val/loss |" in shown  # only the varying overrides, then the metrics
+    # the settings over their seeds: python -m attnlab.compare's table
+    assert "| norm | n | seeds | val/loss (mean ± std) | Δ vs pre | 95% CI | p (Welch) | significant |" in shown
+    assert "| rms | 2 | 0,1 |" in shown
     assert "best job by val/loss" in shown
-    assert len(outputs(nb, "image/png")) >= 2  # the curves and at least one attention map
+    assert len(outputs(nb, "image/png")) >= 3  # the curves with bands, all the curves, at least one attention map
     assert "'The " in shown  # a generation from the best job's checkpoint

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -21,7 +22,7 @@ from attnlab.paths import CONF_DIR, ROOT
 from experiments.claims import Claim, Result, all_claims, get_claim, normalize_id
 from experiments.claims.base import verdict, verdict_of_parts
 from experiments.claims.report import render
-from experiments.claims.runner import ClaimRunError, run_claim
+from experiments.claims.runner import ClaimRunError, run_claim, with_seeds
 
 
 def test_claim_ids():
@@ -70,6 +71,14 @@ def test_old_command_forwards_with_one_note(tmp_path):
                                            "experiments.claims run E9` from the root of a checkout of the repository"]
 
 
+def test_seeds_are_appended_to_train_sweeps_without_a_seed():
+    assert with_seeds("python train.py -m experiment=e09_rmsnorm norm=pre,rms", 3) == \
+        "python train.py -m experiment=e09_rmsnorm norm=pre,rms seed=0,1,2"
+    assert with_seeds("python train.py -m experiment=e10_swiglu ffn=relu,swiglu seed=1,2", 3).endswith("seed=1,2")
+    assert with_seeds("python train.py -m experiment=e09_rmsnorm norm=pre,rms", 1).endswith("norm=pre,rms")
+    assert with_seeds("python -m bench --only P3", 3) == "python -m bench --only P3"
+
+
 def _train_jobs(command: str) -> list[list[str]]:
     """The override lists of every job a `python train.py -m ...` command launches."""
     args = shlex.split(command)[2:]
@@ -105,8 +114,20 @@ def test_quick_claim_end_to_end(quick_e9, tmp_path):
     assert [r["norm"] for r in record["rows"]] == ["LayerNorm (pre)", "RMSNorm (pre)"]
     assert all(r["median step ms"] > 0 and r["val loss"] > 0 for r in record["rows"])
     assert (out / "E9" / record["figure"]).stat().st_size > 5_000
-    for job in ("0", "1"):
-        assert json.loads((out / "E9" / "0" / job / "metrics.json").read_text())["test/loss"] > 0
+    # E9 has 3 seeds per setting; --quick runs 2: four jobs, and the RMSNorm row's interval over them
+    assert record["seeds"] == 2 and record["commands"] == ["python train.py -m experiment=e09_rmsnorm norm=pre,rms seed=0,1"]
+    losses = {}
+    for job in ("0", "1", "2", "3"):
+        run = out / "E9" / "0" / job
+        assert json.loads((run / "metrics.json").read_text())["test/loss"] > 0
+        norm = dict(o.split("=", 1) for o in yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text()))["norm"]
+        losses.setdefault(norm, []).append(json.loads((run / "metrics.json").read_text())["val/loss"])
+    ln, rms = record["rows"]
+    assert ln["seeds"] == rms["seeds"] == 2 and ln["95% CI"] is None
+    diff = sum(losses["rms"]) / 2 - sum(losses["pre"]) / 2
+    assert rms["Δ val loss"] == pytest.approx(diff, abs=1e-3)
+    low, high = (float(x) for x in rms["95% CI"].strip("[]").split(","))
+    assert low <= diff <= high and 0 <= rms["p"] <= 1
 
     # the page: this result's section, and every other claim listed as not run yet
     docs = tmp_path / "docs"
@@ -117,7 +138,8 @@ def test_quick_claim_end_to_end(quick_e9, tmp_path):
     shutil.copy(out / "E9" / "E9.png", docs / "figures" / "E9.png")
     page = render(docs)
     assert f"| [E9](#e9) | RMSNorm vs LayerNorm | **{record['verdict']}** |" in page
-    assert "python train.py -m experiment=e09_rmsnorm norm=pre,rms" in page and "![E9](figures/E9.png)" in page
+    assert "python train.py -m experiment=e09_rmsnorm norm=pre,rms seed=0,1" in page and "![E9](figures/E9.png)" in page
+    assert ", 2 seeds per setting on " in page
     for other in set(all_claims()) - {"E9"}:
         assert f"`python -m experiments.claims run {other}`" in page
 

@@ -8,11 +8,13 @@ any launcher, SLURM included); the summary is assembled from those files when th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,44 @@ from omegaconf import DictConfig
 
 log = logging.getLogger(__name__)
 STATUS_FILE = "job_status.json"
+
+
+# Overrides that say how or where a job runs, not what it trains: jobs differing only in these (and in `seed`) are
+# seeds of one setting. `seed` itself is what a seed sweep varies.
+SEED_KEY = "seed"
+BOOKKEEPING = ("hydra", "paths", "logger", "resume", "ckpt_path", "tags", "launcher", "local", "task_name",
+               "optimized_metric", "callbacks.rich_progress_bar", "trainer.enable_progress_bar")
+WANDB_GROUP_MAX = 128  # W&B refuses longer group names
+WANDB_TAG_MAX = 64  # ... and longer tags
+
+
+def override_key(item: str) -> str:
+    """``"++model.net.d_model=64"`` -> ``"model.net.d_model"``; ``"hydra/launcher=slurm"`` -> ``"hydra/launcher"``."""
+    return item.split("=", 1)[0].lstrip("+~")
+
+
+def _is_bookkeeping(key: str) -> bool:
+    return key == SEED_KEY or any(key == b or key.startswith((b + ".", b + "/")) for b in BOOKKEEPING)
+
+
+def setting_overrides(overrides: Iterable[str]) -> list[str]:
+    """The overrides that define what a job trains, without its seed and run bookkeeping, sorted so that the
+    order typed on the command line does not matter: ``["norm=rms", "seed=1", "logger=csv"]`` -> ``["norm=rms"]``."""
+    items = {override_key(o): o.lstrip("+") for o in overrides}
+    return [items[k] for k in sorted(items) if not _is_bookkeeping(k)]
+
+
+def setting_name(overrides: Iterable[str], prefix: str = "", drop: Iterable[str] = ()) -> str:
+    """A stable name for the setting of a job (its overrides minus seed and bookkeeping, minus the keys in ``drop``):
+    ``prefix/key=value,key=value``, or ``prefix`` alone. Jobs that differ only by seed get the same name. Longer
+    than W&B's 128 characters, it ends with a hash of the full name (still stable)."""
+    drop = set(drop)
+    items = [o for o in setting_overrides(overrides) if override_key(o) not in drop]
+    name = "/".join(p for p in (prefix, ",".join(items)) if p)
+    if len(name) > WANDB_GROUP_MAX:
+        digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+        name = f"{name[:WANDB_GROUP_MAX - 9]}~{digest}"
+    return name
 
 
 def one_line(error: BaseException) -> str:

@@ -1,0 +1,148 @@
+"""Seed sweeps as a user runs them: `python train.py -m norm=pre,rms seed=0,1` puts the seeds of a setting in one W&B
+group, and `python -m attnlab.compare <sweep> --by norm` tabulates mean ± std, the difference to the baseline with
+Welch's interval and p-value (checked here against numpy and scipy), and draws the curves with bands."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from helpers import compose_train, run_cli
+from scipy import stats
+
+from attnlab.compare import compare, main
+from attnlab.train import prepare_loggers
+from attnlab.utils.sweep import setting_name, setting_overrides
+
+# two validation points per job (2 epochs of 2 batches), no test, the slow callbacks off; CSV and W&B offline
+SWEEP = ["-m", "model=causal_lm", "debug=fast", "model.net.n_layers=1", "trainer.max_epochs=2",
+         "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "callbacks.attention_maps=null",
+         "callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false", "test=false",
+         "logger=[csv,wandb]", "norm=pre,rms", "seed=0,1"]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, cache_dir) -> Path:
+    """A real 2 settings × 2 seeds sweep (jobs 0, 1: norm=pre seeds 0, 1; jobs 2, 3: norm=rms)."""
+    folder = tmp_path_factory.mktemp("seed_sweep") / "sweep"
+    out = run_cli([*SWEEP, f"hydra.sweep.dir={folder}"], cache_dir)
+    assert out.returncode == 0, out.stdout[-3000:]
+    return folder
+
+
+def wandb_log(job: Path) -> bytes:
+    """A job's offline W&B log: its run record (group, tags) is protobuf, whose strings are stored as is."""
+    (log,) = job.glob("wandb/offline-run-*/run-*.wandb")
+    return log.read_bytes()
+
+
+def test_setting_name_is_the_overrides_without_seed_and_bookkeeping():
+    a = ["norm=rms", "seed=0", "logger=csv", "hydra.sweep.dir=/x", "model.net.d_model=64", "++tags=[a]"]
+    b = ["model.net.d_model=64", "seed=7", "norm=rms", "paths.output_dir=/y"]  # another order, seed and folders
+    assert setting_overrides(a) == ["model.net.d_model=64", "norm=rms"]
+    assert setting_name(a, "causal_lm") == setting_name(b, "causal_lm") == "causal_lm/model.net.d_model=64,norm=rms"
+    assert setting_name(["norm=pre", "seed=0"], "causal_lm") != setting_name(["norm=rms", "seed=0"], "causal_lm")
+    assert setting_name(["seed=3"], "causal_lm") == "causal_lm"
+    assert setting_name(["model=causal_lm", "norm=rms"], "causal_lm", drop=["model"]) == "causal_lm/norm=rms"
+    long = [f"model.net.key_{i}={i}" for i in range(30)]
+    name = setting_name(long, "causal_lm")
+    assert len(name) == 128 and name == setting_name(long[::-1], "causal_lm")  # W&B's limit, still stable
+    assert name != setting_name(long[:-1] + ["model.net.key_29=30"], "causal_lm")
+
+
+def test_an_experiment_sweep_is_grouped_under_the_experiment_name(tmp_path):
+    overrides = ["experiment=e09_rmsnorm", "norm=rms", "seed=1", "logger=wandb"]
+    cfg = compose_train(overrides, tmp_path)
+    prepare_loggers(cfg, overrides)
+    assert cfg.logger.wandb.group == "e09_rmsnorm/norm=rms"
+    assert {"claim-E9", "norm=rms", "seed=1"} <= set(cfg.logger.wandb.tags)
+    overrides = ["seed=2", "norm=rms", "experiment=e09_rmsnorm", "logger=wandb"]  # another seed, another order
+    cfg = compose_train(overrides, tmp_path)
+    prepare_loggers(cfg, overrides)
+    assert cfg.logger.wandb.group == "e09_rmsnorm/norm=rms" and "seed=2" in cfg.logger.wandb.tags
+
+
+def test_seeds_of_a_setting_share_a_wandb_group(sweep):
+    jobs = {j: yaml.safe_load((sweep / j / ".hydra" / "overrides.yaml").read_text()) for j in "012"}
+    group = {j: setting_name(o, "causal_lm", drop=["model"]) for j, o in jobs.items()}  # what train.py gives W&B
+    assert group["0"] == group["1"] != group["2"] and "norm=pre" in group["0"] and "norm=rms" in group["2"]
+    assert group["0"].startswith("causal_lm/") and "seed" not in group["0"] and "logger" not in group["0"]
+    logs = {j: wandb_log(sweep / j) for j in "012"}
+    assert group["0"].encode() in logs["0"] and group["0"].encode() in logs["1"]
+    assert group["2"].encode() in logs["2"] and group["0"].encode() not in logs["2"]
+    # the seed tag (the command line recorded in each log says "seed=0,1", which holds no "seed=1")
+    assert b"seed=1" in logs["1"] and b"seed=1" not in logs["0"] and b"norm=rms" in logs["2"]
+
+
+def test_compare_table_matches_numpy_and_scipy(sweep, tmp_path, capsys):
+    assert main([str(sweep), "--by", "norm", "--metric", "val/loss", "--baseline", "pre",
+                 "--out", str(tmp_path / "cmp")]) == 0
+    printed = capsys.readouterr().out
+    assert "val/loss (mean ± std)" in printed and "Δ vs pre" in printed and "95% CI" in printed
+    with open(tmp_path / "cmp.csv") as f:
+        rows = {r["setting"]: r for r in csv.DictReader(f)}
+    assert list(rows) == ["pre", "rms"] and rows["pre"]["verdict"] == "baseline"
+    values = {norm: np.array([json.loads((sweep / j / "metrics.json").read_text())["val/loss"] for j in jobs])
+              for norm, jobs in (("pre", "01"), ("rms", "23"))}
+    for norm, v in values.items():
+        assert int(rows[norm]["n"]) == 2 and rows[norm]["seeds"] == "0 1"
+        assert float(rows[norm]["mean"]) == pytest.approx(v.mean(), rel=1e-12)
+        assert float(rows[norm]["std"]) == pytest.approx(v.std(ddof=1), rel=1e-9)
+    assert values["pre"].std() > 0 and values["rms"].std() > 0  # the seeds differ, so the interval means something
+    test = stats.ttest_ind(values["rms"], values["pre"], equal_var=False)
+    low, high = test.confidence_interval(0.95)
+    rms = rows["rms"]
+    assert float(rms["diff"]) == pytest.approx(values["rms"].mean() - values["pre"].mean(), rel=1e-9)
+    assert float(rms["ci_low"]) == pytest.approx(low, rel=1e-9) and float(rms["ci_high"]) == pytest.approx(high, rel=1e-9)
+    assert float(rms["p_value"]) == pytest.approx(test.pvalue, rel=1e-9)
+    assert rms["significant"] == str(test.pvalue < 0.05)
+    # the markdown table and the figure of the curves (mean ± std band per setting)
+    md = (tmp_path / "cmp.md").read_text()
+    assert md.startswith("| norm | n | seeds | val/loss (mean ± std) | Δ vs pre | 95% CI | p (Welch) | significant |")
+    assert f"{test.pvalue:.3g}" in md
+    assert (tmp_path / "cmp.png").stat().st_size > 5_000
+
+
+def test_compare_default_groups_by_the_swept_keys(sweep):
+    result = compare(sweep)  # no --by: the overrides that vary, seed aside; the first setting is the baseline
+    assert result.by == ["norm"] and [r.setting for r in result.rows] == ["pre", "rms"] and result.baseline == "pre"
+    assert result.mode == "min"  # a loss: lower is better
+    assert compare(sweep, "norm", "val/ppl").row("rms").n == 2
+
+
+def test_compare_errors_are_one_line(sweep, tmp_path, capsys):
+    def error(*argv) -> str:
+        assert main([*map(str, argv)]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        return line
+
+    (tmp_path / "empty").mkdir()
+    assert error(tmp_path / "empty").startswith(f"error: no runs under {tmp_path / 'empty'}")
+    line = error(sweep, "--by", "norm", "--metric", "val/accuracy")
+    assert line.startswith("error: no job logged 'val/accuracy'; available: ") and "val/loss" in line
+    assert "the sweep varies: norm, seed" in error(sweep, "--by", "nrom")
+    assert error(sweep, "--by", "norm", "--baseline", "post") == \
+        "error: --baseline 'post' is not a setting of norm; settings: pre, rms"
+
+
+def test_a_setting_with_one_seed_has_no_interval(sweep, tmp_path, capsys):
+    """One seed per setting (besides a diverged job and an unfinished one): n=1, no std, no interval, no crash."""
+    small = tmp_path / "sweep"
+    for job in ("0", "1", "2", "3"):
+        shutil.copytree(sweep / job, small / job)
+    (small / "3" / "metrics.json").unlink()  # as a job that did not finish
+    diverged = json.loads((small / "1" / "metrics.json").read_text())
+    (small / "1" / "metrics.json").write_text(json.dumps({**diverged, "val/loss": float("nan")}))
+    assert main([str(small), "--by", "norm", "--out", str(tmp_path / "one")]) == 0
+    out = capsys.readouterr().out
+    assert "job 3 left out: it did not finish" in out and "job 1 left out: its val/loss is nan" in out
+    assert "pre has a single seed" in out
+    with open(tmp_path / "one.csv") as f:
+        rows = {r["setting"]: r for r in csv.DictReader(f)}
+    assert rows["rms"]["n"] == "1" and rows["rms"]["std"] == "" and rows["rms"]["ci_low"] == ""
+    assert rows["rms"]["p_value"] == "" and rows["rms"]["verdict"] == "n/a (n=1)" and rows["rms"]["diff"] != ""
