@@ -1,10 +1,11 @@
-"""LMDataModule: cached tokens, window shapes/shift, split hygiene, deterministic offsets."""
+"""LMDataModule: cached tokens, window shapes/shift, split hygiene, deterministic offsets (streaming and shards:\ntest_shards.py)."""
 
 import lightning as L
 import numpy as np
 import pytest
 import torch
 
+import attnlab.data.lm_datamodule as lmdm
 import attnlab.data.tokenizer as tokmod
 from attnlab.data.corpus import pydoc_text
 from attnlab.data.lm_datamodule import LMDataModule
@@ -139,10 +140,13 @@ def test_epochs_reach_persistent_workers_under_trainer(cache_dir):
 
 
 def test_second_setup_reads_the_cache(dm, cache_dir, monkeypatch):
-    files = sorted((cache_dir / "tokens").iterdir()) + sorted((cache_dir / "tokenizers").iterdir())
-    assert [p.suffix for p in files] == [".npy", ".json"]  # no temp files left behind
+    (shard_dir,) = (cache_dir / "tokens").iterdir()
+    files = sorted(shard_dir.iterdir()) + sorted((cache_dir / "tokenizers").iterdir())
+    assert [p.name for p in files[:2]] == ["manifest.json", "shard-00000.bin"]  # no temp files left behind
+    assert [p.suffix for p in files[2:]] == [".json"]
     mtimes = [p.stat().st_mtime_ns for p in files]
-    monkeypatch.setattr(tokmod, "train_bpe", lambda *a: pytest.fail("retrained"))
+    monkeypatch.setattr(tokmod, "train_bpe_from_texts", lambda *a: pytest.fail("retrained"))
+    monkeypatch.setattr(lmdm, "build_shards", lambda *a, **k: pytest.fail("tokenized again"))
     again = make_dm(cache_dir)
     assert np.array_equal(again.val_dataset.tokens, dm.val_dataset.tokens)
     assert [p.stat().st_mtime_ns for p in files] == mtimes

@@ -1,11 +1,14 @@
-"""Causal language-model data: text -> byte-level BPE ids -> fixed-length windows.
+"""Causal language-model data: text -> byte-level BPE ids -> fixed-length windows, at any corpus size.
 
-Pipeline (everything cached under ``cache_dir``, keyed by content hashes):
+Pipeline (everything cached under ``cache_dir``, keyed by the sources' fingerprints, the settings and the tokenizer):
 
-    text (pydoc or a user file) --normalize (data.normalize)--train_or_load_bpe--> tokenizer (stores the normalizer)
-    tokenizer.encode(text) --> <cache_dir>/tokens/<key>.npy   (uint16 / int32, 1-D)
-    split contiguously: [ train | val | test ]
+    sources: pydoc, or data.path = a text file, a folder or a glob              (text_sources.py)
+    --normalize (data.normalize)--train on <= tokenizer_sample_mb of text, read in chunks-->
+        <cache_dir>/tokenizers/bpe-<vocab>-<key>.json  (stores the normalizer)
+    --chunks of 1 MiB, parallel encode_batch--> <cache_dir>/tokens/<key>/shard-*.bin + manifest.json  (shards.py)
+    one TokenStream over the shards, split contiguously: [ train | val | test ]
 
+Nothing holds the corpus in memory: tokenization streams it, training reads windows from the memory-mapped shards.
 Train items are windows at pseudo-random offsets, val/test items consecutive windows.
 Every item is ``{"input_ids": LongTensor[T], "labels": LongTensor[T]}`` with
 ``labels[t] == input_ids[t + 1]`` (both cut from one (T+1)-long slice).
@@ -14,82 +17,110 @@ Every item is ``{"input_ids": LongTensor[T], "labels": LongTensor[T]}`` with
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-import tempfile
 from pathlib import Path
 
 import lightning as L
 import numpy as np
 import torch
+from tokenizers import Tokenizer, models
 from torch.utils.data import DataLoader, Dataset
 
-from attnlab.data.corpus import pydoc_text, read_text_file
+from attnlab.data import tokenizer as tokmod
+from attnlab.data.corpus import pydoc_text
 from attnlab.data.errors import ConfigError, DataError
 from attnlab.data.loading import EpochDataLoader, FrozenEpochSampler, MidEpochResume, mix64, sequential_sampler
 from attnlab.data.normalization import TextNormalization
-from attnlab.data.tokenizer import BPETokenizer, train_or_load_bpe
+from attnlab.data.shards import (CHUNK_BYTES, ChunkEncoder, TokenStream, build_shards, read_manifest, shards_dir,
+                                 trusted_shards)
+from attnlab.data.text_sources import TextSource, fingerprint, resolve_files, sample_chunks
+from attnlab.data.tokenizer import BPETokenizer
 
 SOURCES = ("pydoc", "text_file")
-TOKENS_FORMAT_VERSION = "tokens-v1"
+TOKENIZER_KEY_VERSION = "lm-stream-v1"
 # The LM learns text as written: case and punctuation are content. Only the Unicode form is unified (NFC), so that
 # composed and decomposed accents are the same tokens; generate's prompts get the same, through the tokenizer.
 DEFAULT_NORMALIZATION = {"unicode": "NFC", "remove": "", "whitespace": False, "case": "keep"}
+DEFAULT_TOKENIZER_SAMPLE_MB = 64
 
 
 # --------------------------------------------------------------------------------------
-# Corpus -> cached token array
+# Corpus -> tokenizer -> token shards
 # --------------------------------------------------------------------------------------
-def load_text(source: str, path: str | os.PathLike | None = None) -> str:
-    """The raw text of a data source (see ``SOURCES``)."""
+def text_sources(source: str, path: str | os.PathLike | None = None) -> list[TextSource]:
+    """The sources of a data source (see ``SOURCES``): pydoc's text, or the files ``path`` names."""
     if source == "pydoc":
-        return pydoc_text()
+        return [TextSource.from_text("pydoc", pydoc_text())]
     if source == "text_file":
-        if path is None:
-            raise ConfigError("source='text_file' needs path=<a UTF-8 text file>")
-        return read_text_file(path)
+        if not path:
+            raise ConfigError("source='text_file' needs path=<a UTF-8 text file, a folder or a glob>")
+        return [TextSource.from_file(p) for p in resolve_files(path)]
     raise ConfigError(f"unknown data source {source!r}; valid sources: {', '.join(SOURCES)}")
 
 
-def _atomic_save_npy(path: Path, array: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, array)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def corpus_tokenizer(sources: list[TextSource], vocab_size: int, cache_dir: str | os.PathLike,
+                     normalization: TextNormalization | None = None,
+                     sample_bytes: int = DEFAULT_TOKENIZER_SAMPLE_MB << 20) -> BPETokenizer:
+    """The BPE for these sources, trained once (on the normalized text of ``sample_chunks``: the whole corpus up to
+    ``sample_bytes``, else that much spread over it), then read from the cache.
 
-
-def tokenize_corpus(
-    text: str, vocab_size: int, cache_dir: str | os.PathLike, normalization: TextNormalization | None = None
-) -> tuple[BPETokenizer, np.ndarray]:
-    """Tokenizer and the whole text's ids, trained/encoded once and then read from the cache.
-
-    The tokenizer is trained on the normalized text and stores the normalizer (``encode`` applies it).
-
-    The token file key hashes the tokenizer JSON and the text, so a changed corpus or
-    tokenizer never reuses stale ids. Cheap when cached (hashing + one ``np.load``), so
-    ``prepare_data`` and ``setup`` can both call it. Returns a read-only memory map of
-    shape [n_tokens] (uint16 when the vocab fits, else int32).
+    The key hashes the sources' fingerprints (a file's path, size and mtime: no read), the normalization spec, the
+    vocabulary and the sample size, so a cached tokenizer costs a few ``stat`` calls.
     """
-    normalizer = (normalization or TextNormalization()).normalizer([text])
-    tok = train_or_load_bpe(normalizer.normalize_str(text), vocab_size, cache_dir, normalizer)
-    h = hashlib.sha256(f"{TOKENS_FORMAT_VERSION}\n".encode())
-    h.update(tok.to_str().encode("utf-8"))
-    h.update(text.encode("utf-8"))
-    path = Path(cache_dir) / "tokens" / f"{h.hexdigest()[:16]}.npy"
-    if not path.is_file():
-        dtype = np.uint16 if tok.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
-        _atomic_save_npy(path, np.asarray(tok.encode(text), dtype=dtype))
-    return tok, np.load(path, mmap_mode="r")
+    normalization = normalization or TextNormalization()
+    total = sum(s.size for s in sources)
+    sample = "all" if total <= sample_bytes else f"{sample_bytes}/{CHUNK_BYTES}"
+    h = hashlib.sha256(f"{TOKENIZER_KEY_VERSION}\n{tokmod.FORMAT_VERSION}\n{vocab_size}\n{sample}\n".encode())
+    h.update(json.dumps(normalization.as_dict(), sort_keys=True).encode())
+    h.update(fingerprint(sources).encode())
+    path = Path(cache_dir) / "tokenizers" / f"bpe-{vocab_size}-{h.hexdigest()[:16]}.json"
+    if path.is_file():
+        return BPETokenizer.load(path)
+
+    def chunks():
+        return sample_chunks(sources, sample_bytes, CHUNK_BYTES, avoid=normalization.remove)
+
+    normalizer = normalization.normalizer(c.text for c in chunks())  # reads the text for case=corpus_words only
+    holder = Tokenizer(models.BPE())
+    holder.normalizer = normalizer
+    encoder = ChunkEncoder(holder)
+    blank = True
+
+    def texts():
+        nonlocal blank
+        for c in chunks():
+            blank = blank and not c.text.strip()
+            yield encoder.normalize(c)
+
+    tok = tokmod.train_bpe_from_texts(texts(), vocab_size, normalizer)
+    if blank:
+        names = ", ".join(s.name for s in sources[:3]) + (", ..." if len(sources) > 3 else "")
+        raise DataError(f"text file{'s are' if len(sources) > 1 else ' is'} empty: {names}")
+    tok.save(path)
+    return tok
+
+
+def tokenize_corpus(sources: list[TextSource], vocab_size: int, cache_dir: str | os.PathLike,
+                    normalization: TextNormalization | None = None,
+                    sample_bytes: int = DEFAULT_TOKENIZER_SAMPLE_MB << 20) -> tuple[BPETokenizer, TokenStream]:
+    """Tokenizer and the corpus's ids as a :class:`TokenStream` over cached shards, built (or finished, after an
+    interrupted run) when missing. Cheap when cached: ``stat`` calls, two small JSON reads, no text read, so
+    ``prepare_data`` and ``setup`` (every DDP rank) can both call it. Ids are uint16 when the vocab fits, else
+    uint32."""
+    normalization = normalization or TextNormalization()
+    tok = corpus_tokenizer(sources, vocab_size, cache_dir, normalization, sample_bytes)
+    out = shards_dir(sources, tok, cache_dir)
+    manifest = read_manifest(out)
+    if not (manifest and manifest.get("complete") and trusted_shards(out, manifest) == manifest["shards"]):
+        manifest = build_shards(sources, tok, out, avoid=normalization.remove)
+    return tok, TokenStream.open(out, manifest)
 
 
 # --------------------------------------------------------------------------------------
 # Datasets
 # --------------------------------------------------------------------------------------
-def _window(tokens: np.ndarray, start: int, seq_len: int) -> dict[str, torch.Tensor]:
+def _window(tokens: TokenStream | np.ndarray, start: int, seq_len: int) -> dict[str, torch.Tensor]:
     chunk = torch.from_numpy(np.asarray(tokens[start : start + seq_len + 1], dtype=np.int64))
     return {"input_ids": chunk[:-1], "labels": chunk[1:]}  # [T], [T]
 
@@ -104,7 +135,7 @@ class RandomWindowDataset(Dataset):
     persistent DataLoader workers.
     """
 
-    def __init__(self, tokens: np.ndarray, seq_len: int, num_windows: int, seed: int = 0):
+    def __init__(self, tokens: TokenStream | np.ndarray, seq_len: int, num_windows: int, seed: int = 0):
         if len(tokens) < seq_len + 1:
             raise ValueError(f"need at least seq_len+1={seq_len + 1} tokens, got {len(tokens)}")
         self.tokens = tokens  # [N]
@@ -138,7 +169,7 @@ class ConsecutiveWindowDataset(Dataset):
     """Non-overlapping consecutive windows (inputs do not overlap; window j's last label
     is window j+1's first input), for a deterministic evaluation of the whole split."""
 
-    def __init__(self, tokens: np.ndarray, seq_len: int):
+    def __init__(self, tokens: TokenStream | np.ndarray, seq_len: int):
         self.tokens = tokens  # [N]
         self.seq_len = seq_len
 
@@ -155,7 +186,10 @@ class ConsecutiveWindowDataset(Dataset):
 # DataModule
 # --------------------------------------------------------------------------------------
 class LMDataModule(MidEpochResume, L.LightningDataModule):
-    """Causal-LM data from CPython's pydoc text (offline default) or a UTF-8 text file.
+    """Causal-LM data from CPython's pydoc text (offline default) or UTF-8 text: a file, a folder or a glob.
+
+    The corpus is tokenized once into shards under ``cache_dir/tokens`` (resumable; see ``shards``), and every
+    process (DDP rank, DataLoader worker) reads its windows from them: memory does not grow with the corpus.
 
     The tokenizer is trained with ``vocab_size`` entries at most; the model should use
     the requested ``vocab_size`` (rows beyond ``self.vocab_size`` simply stay unused), so
@@ -179,12 +213,15 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
         seed: int = 0,
         pin_memory: bool = False,
         normalize: dict | None = None,
+        tokenizer_sample_mb: float = DEFAULT_TOKENIZER_SAMPLE_MB,
     ):
         super().__init__()
         if source not in SOURCES:
             raise ConfigError(f"unknown data source {source!r}; valid sources: {', '.join(SOURCES)}")
         if source == "text_file" and not path:
-            raise ConfigError("source='text_file' needs path=<a UTF-8 text file>")
+            raise ConfigError("source='text_file' needs path=<a UTF-8 text file, a folder or a glob>")
+        if not tokenizer_sample_mb > 0:
+            raise ConfigError(f"tokenizer_sample_mb must be > 0, got {tokenizer_sample_mb}")
         if seq_len < 1 or batch_size < 1:
             raise ConfigError(f"seq_len and batch_size must be >= 1, got {seq_len}, {batch_size}")
         fractions_ok = 0 <= val_fraction < 1 and 0 <= test_fraction < 1
@@ -202,10 +239,10 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
         self.val_dataset: ConsecutiveWindowDataset | None = None
         self.test_dataset: ConsecutiveWindowDataset | None = None
 
-    def _tokenize(self) -> tuple[BPETokenizer, np.ndarray]:
+    def _tokenize(self) -> tuple[BPETokenizer, TokenStream]:
         hp = self.hparams
-        text = load_text(hp.source, hp.path)
-        return tokenize_corpus(text, hp.vocab_size, hp.cache_dir, self.normalization)
+        return tokenize_corpus(text_sources(hp.source, hp.path), hp.vocab_size, hp.cache_dir, self.normalization,
+                               int(hp.tokenizer_sample_mb * (1 << 20)))
 
     def prepare_data(self) -> None:
         """Train the tokenizer and encode the corpus into the cache (rank 0 under DDP)."""
@@ -220,10 +257,10 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
         n = len(tokens)
         n_val, n_test = int(n * hp.val_fraction), int(n * hp.test_fraction)
         n_train = n - n_val - n_test
-        splits = {
-            "train": tokens[:n_train],
-            "val": tokens[n_train : n_train + n_val],
-            "test": tokens[n_train + n_val :],
+        splits = {  # views of the shards: nothing is read here
+            "train": tokens.view(0, n_train),
+            "val": tokens.view(n_train, n_train + n_val),
+            "test": tokens.view(n_train + n_val, n),
         }
         fractions = {"val": hp.val_fraction, "test": hp.test_fraction}
         for name, part in splits.items():

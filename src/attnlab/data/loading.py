@@ -67,6 +67,18 @@ class FrozenEpochSampler(EpochSampler):
         self.epoch = 0
 
 
+class StridedSampler(DistributedSampler):
+    """``DistributedSampler(shuffle=False)``'s order without its list of every index: rank r yields r, r+W, …
+    lazily (padded by wrapping around, as it pads), so a rank's sampler costs nothing however many windows an
+    epoch of a large corpus has."""
+
+    def __iter__(self):
+        if self.shuffle:
+            return super().__iter__()
+        n = len(self.dataset)
+        return (i % n for i in range(self.rank, self.total_size, self.num_replicas))
+
+
 def sequential_sampler(dataset: Dataset, drop_last: bool = False) -> Sampler:
     """The train sampler of a dataset whose items already carry the epoch's randomness (windows, batch plans).
 
@@ -74,7 +86,7 @@ def sequential_sampler(dataset: Dataset, drop_last: bool = False) -> Sampler:
     step of W ranks covers exactly the items of W consecutive single-process items.
     """
     if distributed():
-        return DistributedSampler(dataset, shuffle=False, drop_last=drop_last)
+        return StridedSampler(dataset, shuffle=False, drop_last=drop_last)
     return EpochSampler(dataset)
 
 

@@ -215,6 +215,16 @@ def train_bpe(text: str, vocab_size: int, normalizer: normalizers.Normalizer | N
     the caller passes the text already normalized. The normalizer is then stored on the tokenizer (an empty one
     when None, which marks a tokenizer that knows its normalization: "none").
     """
+    return train_bpe_from_texts([text], vocab_size, normalizer)
+
+
+def train_bpe_from_texts(texts: Iterable[str], vocab_size: int,
+                         normalizer: normalizers.Normalizer | None = None) -> BPETokenizer:
+    """:func:`train_bpe` on pieces of text consumed one by one (an iterator: never the whole corpus in memory).
+
+    The trainer keeps word counts only. Pieces cut at line breaks with text on both sides give the very tokenizer
+    that their concatenation gives (the pre-tokenizer splits at the line break anyway).
+    """
     min_size = len(SPECIAL_TOKENS) + 256
     if vocab_size < min_size:
         raise ConfigError(f"data.vocab_size must be >= {min_size} (4 specials + 256 bytes), got {vocab_size}")
@@ -227,7 +237,7 @@ def train_bpe(text: str, vocab_size: int, normalizer: normalizers.Normalizer | N
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator([text], trainer=trainer)
+    tok.train_from_iterator(texts, trainer=trainer)
     tok.normalizer = normalizer if normalizer is not None else normalizers.Sequence([])
     out = BPETokenizer(tok)
     assert out.vocab_size <= vocab_size, (out.vocab_size, vocab_size)
