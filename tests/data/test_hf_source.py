@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import hydra
 import pytest
-from helpers import run_cli
+import torch
+from helpers import compose_train, run_cli
 
 from attnlab.data.errors import ConfigError, DataError, DataFileNotFoundError
 from attnlab.data.hf_source import hf_pairs, iter_text, load_hf
+from attnlab.data.lm_datamodule import LMDataModule
 from attnlab.data.translation_datamodule import TranslationDataModule
 
 datasets = pytest.importorskip("datasets")
@@ -110,3 +113,30 @@ def test_train_py_reads_a_jsonl_and_a_hub_name_offline_fails_in_one_line(files, 
     vit = run_cli(["model=vit", "data=hf", "data.path=x", *common[2:]], cache_dir=cache_dir)
     assert vit.returncode == 2 and "reads ${data.image_size}, which data=hf does not have: model=vit needs a data " \
         "option made for it" in vit.stdout and "Traceback" not in vit.stdout, vit.stdout[-2000:]
+
+
+def test_the_lm_reads_a_text_column_as_it_reads_the_same_text_file(files, tmp_path):
+    """data=hf for the LM: the train split's text column, one row per line, streamed into the same token shards as a
+    text file holding those lines (composed through conf/data/hf.yaml: the factory picks the LM's data module)."""
+    cfg = compose_train(["model=causal_lm", "data=hf", f"data.path={files / 'pairs.parquet'}", "data.vocab_size=300",
+                         "data.seq_len=8", "data.val_fraction=0.2", "data.test_fraction=0.2", "data.batch_size=2", f"data.hf.datasets_cache={tmp_path / 'hf'}"], tmp_path / "run",
+                        str(tmp_path / "cache"))
+    hf = hydra.utils.instantiate(cfg.data)
+    assert isinstance(hf, LMDataModule) and hf.hparams.source == "hf"
+    hf.prepare_data()
+    hf.setup("fit")
+    (tmp_path / "same.txt").write_text("".join(f"{e} = {f}\n" for e, f in zip(EN, FR)), encoding="utf-8")
+    plain = LMDataModule(source="text_file", path=str(tmp_path / "same.txt"), vocab_size=300, seq_len=8,
+                         val_fraction=0.2, test_fraction=0.2, batch_size=2, seed=hf.hparams.seed,
+                         cache_dir=str(tmp_path / "cache2"))
+    plain.prepare_data()
+    plain.setup("fit")
+    assert hf.tokenizer.encode("six mille six") == plain.tokenizer.encode("six mille six")
+    for split in ("train_dataset", "val_dataset", "test_dataset"):
+        a, b = getattr(hf, split), getattr(plain, split)
+        assert len(a) == len(b) and all(torch.equal(a[i]["input_ids"], b[i]["input_ids"]) for i in range(len(a)))
+    (exported,) = (tmp_path / "cache").glob("hf_text/*/train.txt")
+    assert not list(exported.parent.glob("*.tmp"))  # written whole, then renamed
+    with pytest.raises(DataError, match="has no column 'body' for the text"):
+        LMDataModule(source="hf", path=str(files / "pairs.parquet"), vocab_size=300, cache_dir=str(tmp_path / "c3"),
+                     hf={"text_column": "body", "datasets_cache": str(tmp_path / "hf")}).prepare_data()

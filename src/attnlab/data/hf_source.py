@@ -200,3 +200,37 @@ def hf_datamodule(model: str, **options):
     if unknown:
         raise ConfigError(f"data=hf with model={model} has no option {', '.join(unknown)}")
     return cls(source="hf", **options)
+
+
+def text_column_file(path: str, options: dict, cache_dir: str | os.PathLike) -> Path:
+    """The LM's view of a dataset: its train split's text column (``options`` as ``data.hf``) written once, one row
+    per line, to ``<cache_dir>/hf_text/<key>/train.txt``, which the LM then reads like any text file (streamed,
+    sharded). The key is the dataset's fingerprint and the column; the file is written under a temporary name and
+    renamed when complete, so an interrupted export is never read."""
+    import hashlib
+    import json
+    import tempfile
+
+    opts = {**HF_OPTIONS, **options}
+    d = load_hf(path, opts["name"], opts["split"], opts["datasets_cache"])["train"]
+    column = opts["text_column"]
+    _check_column(d, column, "the text (data.hf.text_column)", f"{path} [train]")
+    ident = {"fingerprint": getattr(d, "_fingerprint", None), "column": column, "rows": len(d),
+             "files": [(f["filename"], os.path.getsize(f["filename"])) for f in d.cache_files]}
+    key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    out = Path(cache_dir) / "hf_text" / key / "train.txt"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=".train.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            for text in iter_text(d, column, where=f"{path} [train]"):
+                f.write(text)
+                f.write("\n")
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    log.info(f"data=hf: {len(d):,} rows of column {column!r} of {path} -> {out}")
+    return out

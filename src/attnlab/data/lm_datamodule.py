@@ -34,10 +34,11 @@ from attnlab.data.loading import EpochDataLoader, FrozenEpochSampler, MidEpochRe
 from attnlab.data.normalization import TextNormalization
 from attnlab.data.shards import (CHUNK_BYTES, ChunkEncoder, TokenStream, build_shards, read_manifest, shards_dir,
                                  trusted_shards)
+from attnlab.data.hf_source import HF_OPTIONS, text_column_file
 from attnlab.data.text_sources import TextSource, fingerprint, resolve_files, sample_chunks
 from attnlab.data.tokenizer import BPETokenizer
 
-SOURCES = ("pydoc", "text_file")
+SOURCES = ("pydoc", "text_file", "hf")
 TOKENIZER_KEY_VERSION = "lm-stream-v1"
 # The LM learns text as written: case and punctuation are content. Only the Unicode form is unified (NFC), so that
 # composed and decomposed accents are the same tokens; generate's prompts get the same, through the tokenizer.
@@ -48,8 +49,12 @@ DEFAULT_TOKENIZER_SAMPLE_MB = 64
 # --------------------------------------------------------------------------------------
 # Corpus -> tokenizer -> token shards
 # --------------------------------------------------------------------------------------
-def text_sources(source: str, path: str | os.PathLike | None = None) -> list[TextSource]:
-    """The sources of a data source (see ``SOURCES``): pydoc's text, or the files ``path`` names."""
+def text_sources(source: str, path: str | os.PathLike | None = None, hf: dict | None = None,
+                 cache_dir: str | os.PathLike = ".cache") -> list[TextSource]:
+    """The sources of a data source (see ``SOURCES``): pydoc's text, the files ``path`` names, or the text column of
+    a Hugging Face dataset's train split (exported once into the cache, data/hf_source.py)."""
+    if source == "hf":
+        return [TextSource.from_file(text_column_file(str(path), hf or {}, cache_dir))]
     if source == "pydoc":
         return [TextSource.from_text("pydoc", pydoc_text())]
     if source == "text_file":
@@ -214,12 +219,21 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
         pin_memory: bool = False,
         normalize: dict | None = None,
         tokenizer_sample_mb: float = DEFAULT_TOKENIZER_SAMPLE_MB,
+        # hf (data=hf): the text column (data.hf.text_column) of the dataset's train split; val and test are carved
+        # from its end by the fractions, as for a text file
+        hf: dict | None = None,
     ):
         super().__init__()
         if source not in SOURCES:
             raise ConfigError(f"unknown data source {source!r}; valid sources: {', '.join(SOURCES)}")
         if source == "text_file" and not path:
             raise ConfigError("source='text_file' needs path=<a UTF-8 text file, a folder or a glob>")
+        if source == "hf" and not path:
+            raise ConfigError("data=hf needs data.path=<a parquet/json/jsonl/arrow/csv file or glob, a saved dataset "
+                              "folder, or a hub name>")
+        unknown = set(hf or {}) - set(HF_OPTIONS)
+        if unknown:
+            raise ConfigError(f"unknown data.hf option(s) {', '.join(sorted(unknown))}; valid: {', '.join(HF_OPTIONS)}")
         if not tokenizer_sample_mb > 0:
             raise ConfigError(f"tokenizer_sample_mb must be > 0, got {tokenizer_sample_mb}")
         if seq_len < 1 or batch_size < 1:
@@ -233,6 +247,8 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
         self.normalization = TextNormalization.from_config(DEFAULT_NORMALIZATION if normalize is None else normalize)
         self.save_hyperparameters()
         self.hparams.normalize = self.normalization.as_dict()
+        # plain types only (checkpoints load with weights_only=True), every option recorded
+        self.hparams.hf = {**HF_OPTIONS, **{str(k): v for k, v in (hf or {}).items()}} if source == "hf" else None
         self.tokenizer: BPETokenizer | None = None
         self.vocab_size: int | None = None  # real tokenizer size, known after setup()
         self.train_dataset: RandomWindowDataset | None = None
@@ -241,7 +257,8 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
 
     def _tokenize(self) -> tuple[BPETokenizer, TokenStream]:
         hp = self.hparams
-        return tokenize_corpus(text_sources(hp.source, hp.path), hp.vocab_size, hp.cache_dir, self.normalization,
+        sources = text_sources(hp.source, hp.path, hp.hf, hp.cache_dir)
+        return tokenize_corpus(sources, hp.vocab_size, hp.cache_dir, self.normalization,
                                int(hp.tokenizer_sample_mb * (1 << 20)))
 
     def prepare_data(self) -> None:
