@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..utils.config import ConfigError
+from .decode_linear import linear
 from .positional import AttentionPositions
 
 
@@ -55,6 +56,8 @@ class KVCache:
         # absolute positions of the keys the last `append` returned when they are not in order (a wrapped ring,
         # one new token: slot order), else None (in order, ending at `length`)
         self.key_order: Tensor | None = None
+        self._spare_k: Tensor | None = None  # the buffers :meth:`reorder` copies into next (double buffering)
+        self._spare_v: Tensor | None = None
 
     @property
     def max_len(self) -> int:
@@ -110,14 +113,26 @@ class KVCache:
     def reorder(self, index: Tensor) -> None:
         """Select batch rows (beam search: keep the surviving hypotheses' histories).
 
-        Only the filled positions are copied (a beam step used to copy all ``max_len`` of them per layer).
+        Only the filled positions are copied (a beam step used to copy all ``max_len`` of them per layer), into a
+        second buffer kept from the previous reorder: a fresh multi-MB buffer per layer per step cost more in page
+        faults than the copy itself (beam search, bench P6). Views of the cache taken before a reorder are
+        therefore overwritten by the one after.
         """
-        self.k, self.v = self._select(self.k, index), self._select(self.v, index)
+        self.k, self._spare_k = self._select(self.k, index, self._spare_k)
+        self.v, self._spare_v = self._select(self.v, index, self._spare_v)
 
-    def _select(self, buf: Tensor, index: Tensor) -> Tensor:
-        out = buf.new_empty((index.shape[0], *buf.shape[1:]))
-        out[:, :, : self.stored] = buf[:, :, : self.stored].index_select(0, index)
-        return out
+    def _select(self, buf: Tensor, index: Tensor, spare: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """(the rows ``index`` of ``buf`` in ``spare`` or a new buffer, ``buf`` as the next spare)."""
+        n, held = index.shape[0], self.stored
+        if buf.requires_grad:  # autograd through a cache (no decoding loop does): the differentiable copy
+            out = buf.new_empty((n, *buf.shape[1:]))
+            out[:, :, :held] = buf[:, :, :held].index_select(0, index)
+            return out, None
+        if spare is None or spare.shape[0] < n or spare.shape[1:] != buf.shape[1:] or spare.dtype != buf.dtype:
+            spare = buf.new_empty((n, *buf.shape[1:]))
+        out = spare[:n]
+        torch.index_select(buf[:, :, :held], 0, index, out=out[:, :, :held])
+        return out, buf
 
 
 def causal_mask(q_len: int, k_len: int, device=None) -> Tensor:
@@ -260,7 +275,7 @@ class MultiHeadAttention(nn.Module):
         b, tq, _ = x.shape
         key_order = None  # the keys' absolute positions when not 0..Tk-1 in order (a wrapped windowed cache)
         if self.is_cross:
-            q = self._heads(self.q_proj(x))
+            q = self._heads(linear(self.q_proj, x))
             if self.qk_norm:
                 q = self.q_norm(q)
             if kv_cache is not None and kv_cache.length > 0:
@@ -276,7 +291,7 @@ class MultiHeadAttention(nn.Module):
             end = k.shape[2]
         else:
             kv_width = self.kv_heads * self.head_dim
-            q, k, v = self.qkv_proj(x).split((self.d_model, kv_width, kv_width), dim=-1)
+            q, k, v = linear(self.qkv_proj, x).split((self.d_model, kv_width, kv_width), dim=-1)
             q, k, v = self._heads(q), self._heads(k, self.kv_heads), self._heads(v, self.kv_heads)
             if self.qk_norm:
                 q, k = self.q_norm(q), self.k_norm(k)
@@ -301,7 +316,7 @@ class MultiHeadAttention(nn.Module):
                 enable_gqa=self.kv_heads != self.n_heads,
             )
         out = out.transpose(1, 2).reshape(b, tq, self.d_model)  # concatenate heads
-        return self.out_proj(out)
+        return linear(self.out_proj, out)
 
     def _mask(self, attn_mask, key_padding_mask, is_causal, tq, tk, end, key_order, q) -> tuple[Tensor | None, bool]:
         """One mask for SDPA (bool, or float when positions add a score bias) and whether SDPA's own ``is_causal``
