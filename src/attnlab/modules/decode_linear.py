@@ -23,6 +23,7 @@ from typing import Iterator
 
 import torch
 from torch import Tensor, nn
+from torch.nn.modules import module as _module
 from torch.utils.weak import WeakIdKeyDictionary
 
 # above this many rows the two layouts ran the same kernel here (identical results): nothing to gain
@@ -57,6 +58,7 @@ def linear(layer: nn.Linear, x: Tensor) -> Tensor:
     """``layer(x)``; inside :func:`decoding`, for at most ``DECODE_ROWS`` rows on CPU without autograd or autocast, the
     same product from the transposed weight copy. Any other module, or one with hooks, is simply called."""
     if (not _ACTIVE.get() or type(layer) is not nn.Linear or layer._forward_hooks or layer._forward_pre_hooks
+            or _module._global_forward_hooks or _module._global_forward_pre_hooks
             or x.device.type != "cpu" or torch.is_grad_enabled() or torch.is_autocast_enabled("cpu")
             or x.numel() > DECODE_ROWS * x.shape[-1]):
         return layer(x)
