@@ -8,8 +8,9 @@ no-cache side runs at batch 1 only (one alternated round after a short warm-up).
 The "weight-matmul floor" column is what no fp32 decoder of this model can beat: per new token, only the matrix
 products with every weight matrix of the model (the blocks' projections and the output layer), timed alone, at the
 same batch, on the same inputs and thread count, in the faster of two weight layouts: (out, in) as ``nn.Linear``
-stores it (``F.linear``) and a contiguous (in, out) copy (``x @ w_t``, what the decoders multiply by since issue 15,
-modules/decode_linear.py); both are timed in the same alternated loop and the table notes each. At batch 1 these are
+stores it (``F.linear``) and a contiguous (in, out) copy (``x @ w_t``, faster for few rows on some CPUs; our decoders
+keep nn.Linear's layout: decoding from cached (in, out) copies was tried in issue 15 and dropped, 0-4 % of a greedy
+generation for a second copy of every weight); both are timed in the same alternated loop and the table notes each. At batch 1 these are
 matrix-vector products that read every weight once per token. "floor/HF" is then the largest ratio over HF that any
 implementation could reach here. The target is now the floor itself (issue 15: ours/floor ≥ 0.85). The floor leaves
 out attention over the cache (at batch 8 and 272 positions its keys and values are ~40 % of the bytes read per
@@ -48,7 +49,7 @@ def matmul_floor(model, batch: int, steps: int, layout: str = "stored") -> Calla
     """``steps`` decode steps of only the weight matmuls: a (batch, in) input times every ``nn.Linear`` weight of
     ``model`` (a module, a list of modules, or a list of weights; a tied output layer counts once, as it is read
     once). ``layout`` "stored": ``F.linear`` with the (out, in) weight as ``nn.Linear`` keeps it; "transposed":
-    ``x @ w_t`` with a contiguous (in, out) copy, the layout the decoders multiply by (modules/decode_linear.py)."""
+    ``x @ w_t`` with a contiguous (in, out) copy."""
     weights = (model if isinstance(model, list) and all(isinstance(w, torch.Tensor) for w in model)
                else linear_weights(model))
     if layout not in ("stored", "transposed"):

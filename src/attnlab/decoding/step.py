@@ -18,7 +18,6 @@ import torch
 from torch import Tensor
 
 from ..models.causal_lm import CausalLM
-from ..modules.decode_linear import decoding
 
 
 class Stepper(Protocol):
@@ -45,8 +44,7 @@ class CausalLMStepper:
 
     def _run(self, new: Tensor) -> Tensor:
         ids, caches = (new, self.caches) if self.use_cache else (self.tokens, None)
-        with decoding():  # few-row products from (in, out) weight copies (modules/decode_linear.py)
-            return self.model(ids, caches, last_only=True)[:, -1]  # the head on one position, not all T
+        return self.model(ids, caches, last_only=True)[:, -1]  # the head on one position, not all T
 
     def prefill(self, prefix: Tensor) -> Tensor:
         self.tokens = prefix[:, -self.model.max_len :]

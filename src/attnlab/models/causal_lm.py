@@ -20,7 +20,6 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..modules.attention import KVCache
-from ..modules.decode_linear import linear
 from ..modules.parts import BlockParts, resolve_positions
 from ..modules.stack import build_stack
 from .base import TransformerModel
@@ -79,4 +78,4 @@ class CausalLM(TransformerModel):
         """ids (B, T) -> logits (B, T, V); ``last_only``: (B, 1, V), the head on the last position only
         (decoding needs no more: a prefill or a no-cache step would otherwise build all T positions' logits)."""
         h = self.hidden_states(ids, caches)
-        return linear(self.head, h[:, -1:] if last_only else h)
+        return self.head(h[:, -1:] if last_only else h)

@@ -30,7 +30,6 @@ import torch
 from torch import Tensor, nn
 
 from ..modules.block import DecoderCache
-from ..modules.decode_linear import decoding, linear
 from ..modules.parts import BlockParts, resolve_positions
 from ..modules.stack import build_stack
 from .base import TransformerModel
@@ -103,9 +102,9 @@ class TransformerMT(TransformerModel):
         emb = self._embed(tgt_in, self.tgt_positions, offset)
         common = dict(memory=memory, memory_padding_mask=src_mask, is_causal=True, caches=caches)
         if not self.copy:
-            return linear(self.head, self.decoder(emb, **common))
+            return self.head(self.decoder(emb, **common))
         h, cross = self.decoder.forward_with_cross_weights(emb, [-1], **common)
-        logits = linear(self.head, h)
+        logits = self.head(h)
         attn = cross[len(self.decoder) - 1].mean(dim=1)  # (B, T, S), rows sum to 1 over real sources
         p_gen = torch.sigmoid(self.copy_gate(torch.cat([h, emb], dim=-1))).float()  # (B, T, 1)
         p = p_gen * logits.float().softmax(dim=-1)
@@ -148,15 +147,13 @@ class TransformerMTStepper:
             return self.model.decode(prefix, self.memory, self.src_mask, src=self.src)[:, -1]
         dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
         self.caches = self.model.new_caches(prefix.shape[0], self.memory.shape[1], dtype=dtype)
-        with decoding():  # few-row products from (in, out) weight copies (modules/decode_linear.py)
-            return self.model.decode(prefix, self.memory, self.src_mask, self.caches, src=self.src)[:, -1]
+        return self.model.decode(prefix, self.memory, self.src_mask, self.caches, src=self.src)[:, -1]
 
     def step(self, token: Tensor) -> Tensor:
         self.tokens = torch.cat([self.tokens, token[:, None]], dim=1)
         if not self.use_cache:
             return self.model.decode(self.tokens, self.memory, self.src_mask, src=self.src)[:, -1]
-        with decoding():
-            return self.model.decode(token[:, None], None, self.src_mask, self.caches, src=self.src)[:, -1]
+        return self.model.decode(token[:, None], None, self.src_mask, self.caches, src=self.src)[:, -1]
 
     def reorder(self, index: Tensor) -> None:
         self.tokens = self.tokens.index_select(0, index)

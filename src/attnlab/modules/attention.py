@@ -27,7 +27,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..utils.config import ConfigError
-from .decode_linear import linear
 from .positional import AttentionPositions
 
 
@@ -275,7 +274,7 @@ class MultiHeadAttention(nn.Module):
         b, tq, _ = x.shape
         key_order = None  # the keys' absolute positions when not 0..Tk-1 in order (a wrapped windowed cache)
         if self.is_cross:
-            q = self._heads(linear(self.q_proj, x))
+            q = self._heads(self.q_proj(x))
             if self.qk_norm:
                 q = self.q_norm(q)
             if kv_cache is not None and kv_cache.length > 0:
@@ -291,7 +290,7 @@ class MultiHeadAttention(nn.Module):
             end = k.shape[2]
         else:
             kv_width = self.kv_heads * self.head_dim
-            q, k, v = linear(self.qkv_proj, x).split((self.d_model, kv_width, kv_width), dim=-1)
+            q, k, v = self.qkv_proj(x).split((self.d_model, kv_width, kv_width), dim=-1)
             q, k, v = self._heads(q), self._heads(k, self.kv_heads), self._heads(v, self.kv_heads)
             if self.qk_norm:
                 q, k = self.q_norm(q), self.k_norm(k)
@@ -316,7 +315,7 @@ class MultiHeadAttention(nn.Module):
                 enable_gqa=self.kv_heads != self.n_heads,
             )
         out = out.transpose(1, 2).reshape(b, tq, self.d_model)  # concatenate heads
-        return linear(self.out_proj, out)
+        return self.out_proj(out)
 
     def _mask(self, attn_mask, key_padding_mask, is_causal, tq, tk, end, key_order, q) -> tuple[Tensor | None, bool]:
         """One mask for SDPA (bool, or float when positions add a score bias) and whether SDPA's own ``is_causal``

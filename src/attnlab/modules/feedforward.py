@@ -16,7 +16,6 @@ import math
 
 from torch import Tensor, nn
 
-from .decode_linear import linear
 
 
 def ffn_hidden_dim(dim: int, hidden_mult: float = 4.0, multiple_of: int = 8, gated: bool = False) -> int:
@@ -49,6 +48,6 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout) if dropout else nn.Identity()
 
     def forward(self, x: Tensor) -> Tensor:
-        h = linear(self.up_proj, x)
-        h = self.activation(linear(self.gate_proj, x)) * h if self.gate_proj is not None else self.activation(h)
-        return linear(self.down_proj, self.dropout(h) if self.training else h)
+        h = self.up_proj(x)
+        h = self.activation(self.gate_proj(x)) * h if self.gate_proj is not None else self.activation(h)
+        return self.down_proj(self.dropout(h) if self.training else h)
