@@ -19,6 +19,21 @@ from typing import Callable
 import torch
 
 
+CLOCKS = {
+    "wall": time.perf_counter,
+    # CPU time of this process: on a machine shared with other jobs, the time it actually ran (one thread: with
+    # several it adds them up, so only meaningful with --threads 1)
+    "cpu": time.process_time,
+}
+_clock = CLOCKS["wall"]
+
+
+def set_clock(name: str) -> None:
+    """The clock every comparison times with (``python -m bench --clock``)."""
+    global _clock
+    _clock = CLOCKS[name]
+
+
 def alternate(sides: dict[str, Callable[[], object]], *, repeats: int, warmup: int = 1) -> dict[str, list[float]]:
     """Run each side ``warmup`` times, then ``repeats`` rounds of one call per side; seconds per call per side."""
     for _ in range(warmup):
@@ -29,9 +44,9 @@ def alternate(sides: dict[str, Callable[[], object]], *, repeats: int, warmup: i
         # reverse the order every other round so that neither side always runs right after the other's caches
         order = list(sides.items()) if r % 2 == 0 else list(reversed(sides.items()))
         for name, fn in order:
-            t0 = time.perf_counter()
+            t0 = _clock()
             fn()
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(_clock() - t0)
     return times
 
 

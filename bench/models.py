@@ -1,10 +1,13 @@
-"""The models every comparison builds: the project's CausalLM and HF transformers' GPT-2 at the same shape."""
+"""The models every comparison builds: the project's CausalLM, HF transformers' GPT-2 and an LM of
+``torch.nn.TransformerEncoderLayer`` at the same shape."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from attnlab.models.causal_lm import CausalLM
 
@@ -44,3 +47,36 @@ def token_batch(batch: int, seq_len: int, vocab: int, seed: int = 0) -> tuple[to
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (batch, seq_len + 1), generator=g)
     return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+
+
+class TorchLayersLM(nn.Module):
+    """A second independent reference for P1: the same LM from ``torch.nn.TransformerEncoderLayer`` (pre-norm,
+    GELU, 4·d feed-forward, biases, no dropout) under a causal mask, learned positions, final LayerNorm, head tied to
+    the token table: the same parameter count as :func:`ours`. Its loss is the idiomatic logits + F.cross_entropy."""
+
+    def __init__(self, shape: Shape = ISSUE_SHAPE):
+        super().__init__()
+        d = shape.d_model
+        self.embed = nn.Embedding(shape.vocab, d)
+        self.positions = nn.Parameter(torch.randn(shape.max_len, d) * 0.02)
+        layer = nn.TransformerEncoderLayer(d, shape.n_heads, dim_feedforward=4 * d, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        # enable_nested_tensor only matters for padding masks in inference; off, so training takes the plain path
+        self.layers = nn.TransformerEncoder(layer, shape.n_layers, norm=nn.LayerNorm(d), enable_nested_tensor=False)
+        self.head = nn.Linear(d, shape.vocab, bias=False)
+        self.head.weight = self.embed.weight
+        nn.init.normal_(self.embed.weight, std=0.02)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        t = ids.shape[1]
+        x = self.embed(ids) + self.positions[:t]
+        mask = nn.Transformer.generate_square_subsequent_mask(t, device=ids.device)
+        return self.head(self.layers(x, mask=mask, is_causal=True))
+
+    def loss(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self(ids).flatten(0, 1), labels.flatten())
+
+
+def torch_layers_lm(shape: Shape = ISSUE_SHAPE, seed: int = 0) -> TorchLayersLM:
+    torch.manual_seed(seed)
+    return TorchLayersLM(shape)

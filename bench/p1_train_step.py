@@ -1,9 +1,11 @@
-"""P1: one LM training step (forward + backward + AdamW), tokens/s, ours vs HF transformers GPT-2 (sdpa).
+"""P1: one LM training step (forward + backward + AdamW), tokens/s, ours vs two independent implementations of the
+same LM: HF transformers GPT-2 (sdpa) and a stack of ``torch.nn.TransformerEncoderLayer`` (pre-norm, causal mask;
+``bench.models.TorchLayersLM``), all three with the same parameter count.
 
 Each side takes its own idiomatic path: ours the project's training loss (``tasks.causal_lm.lm_loss``, the fused
 head + cross-entropy) and AdamW builder (``tasks.base.build_adamw``: fused); GPT-2 its own ``labels=`` loss and
-``torch.optim.AdamW(fused=True)`` (what HF's Trainer uses by default with recent torch). The same token batch goes
-to both. MFU = tokens/s × training FLOPs per token (6·N + 6·d·V + 12·L·d·T, ``CausalLM.flops_per_token``, the
+``torch.optim.AdamW(fused=True)`` (what HF's Trainer uses by default with recent torch); the torch-layers LM
+logits + ``F.cross_entropy`` and the same fused AdamW. The same token batch goes to all. MFU = tokens/s × training FLOPs per token (6·N + 6·d·V + 12·L·d·T, ``CausalLM.flops_per_token``, the
 same count for both models since they have the same shape) / a matmul peak measured here in the same dtype.
 
 A third side, "before", is the project's model as it trained before this issue (the unfused head +
@@ -21,7 +23,7 @@ from attnlab.tasks.base import build_adamw
 from attnlab.tasks.causal_lm import lm_loss
 
 from .common import Table, alternate, fast_bf16, hf_available, matmul_peak, median, spread
-from .models import ISSUE_SHAPE, hf_gpt2, ours, token_batch
+from .models import ISSUE_SHAPE, hf_gpt2, ours, token_batch, torch_layers_lm
 
 OPT_CFG = {"lr": 3e-4, "betas": (0.9, 0.95), "weight_decay": 0.1, "eps": 1e-8}
 
@@ -51,6 +53,16 @@ def hf_step(model, opt, ids, bf16: bool):
     return step
 
 
+def torch_step(model, opt, ids, labels, bf16: bool):
+    def step():
+        with _autocast(bf16):
+            loss = model.loss(ids, labels)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
 def configs(quick: bool) -> list[tuple[str, int]]:
     """(precision, batch). bf16 is emulated without AMX/AVX512-BF16 (~40x slower than fp32): batch 1 there."""
     if quick:
@@ -65,11 +77,14 @@ def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
     main = Table(
         f"P1 LM train step (fwd+bwd+AdamW), tokens/s: L={shape.n_layers} H={shape.n_heads} d={shape.d_model} "
         f"T={seq} V={shape.vocab}, no dropout",
-        ["precision", "batch", "ours tok/s", "HF GPT-2 tok/s", "ratio ours/HF", "target", "ours MFU", "HF MFU",
-         "matmul peak GFLOP/s", "ours before tok/s", "ratio ours/before", "spread ours/HF/before"])
+        ["precision", "batch", "ours tok/s", "HF GPT-2 tok/s", "ratio ours/HF", "target",
+         "torch layers tok/s", "ratio ours/torch layers", "ours MFU", "HF MFU", "torch layers MFU",
+         "matmul peak GFLOP/s", "ours before tok/s", "ratio ours/before", "spread ours/HF/torch/before"])
     main.notes.append("before = the project's model as it trained before issue 5 (logits + F.cross_entropy, "
                       "torch.optim.AdamW's default for-loop on CPU); ours = fused head + CE "
-                      "(modules/loss.py) and fused AdamW (tasks/base.build_adamw). All sides alternate in one loop.")
+                      "(modules/loss.py) and fused AdamW (tasks/base.build_adamw); torch layers = "
+                      "nn.TransformerEncoderLayer(norm_first=True) × L with a causal mask, logits + F.cross_entropy, "
+                      "fused AdamW (bench/models.TorchLayersLM). All sides alternate in one loop.")
     for precision, batch in configs(quick):
         bf16 = precision == "bf16"
         peak = matmul_peak(torch.bfloat16 if bf16 else torch.float32)
@@ -80,7 +95,9 @@ def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
         if hf_available():
             h = hf_gpt2(shape)
             sides["hf"] = hf_step(h, torch.optim.AdamW(h.parameters(), fused=True, **OPT_CFG), ids, bf16)
-        if not bf16 or fast_bf16():  # emulated bf16: a third side would add minutes for the same code change
+        tl = torch_layers_lm(shape)
+        sides["torch"] = torch_step(tl, torch.optim.AdamW(tl.parameters(), fused=True, **OPT_CFG), ids, labels, bf16)
+        if not bf16 or fast_bf16():  # emulated bf16: a fourth side would add minutes for the same code change
             before = ours(shape)
             legacy = torch.optim.AdamW(before.parameters(), foreach=False, **OPT_CFG)  # the old CPU default
             sides["before"] = ours_step(before, legacy, ids, labels, bf16, fused_loss=False)
@@ -90,7 +107,9 @@ def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
         na = "n/a (pip install -e '.[bench]')"
         main.add(precision, batch, tok["ours"], tok.get("hf", "n/a"),
                  f"{tok['ours'] / tok['hf']:.2f}×" if "hf" in tok else na, "≥1.6×" if bf16 else "≥1.15×",
-                 f"{100 * mfu['ours']:.1f}%", f"{100 * mfu['hf']:.1f}%" if "hf" in mfu else "n/a", peak / 1e9,
+                 tok["torch"], f"{tok['ours'] / tok['torch']:.2f}×",
+                 f"{100 * mfu['ours']:.1f}%", f"{100 * mfu['hf']:.1f}%" if "hf" in mfu else "n/a",
+                 f"{100 * mfu['torch']:.1f}%", peak / 1e9,
                  tok.get("before", "not run"),
                  f"{tok['ours'] / tok['before']:.2f}×" if "before" in tok else "",
                  "/".join(spread(t[k]) for k in sides))

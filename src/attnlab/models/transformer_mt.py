@@ -157,8 +157,13 @@ class TransformerMTStepper:
 
     def reorder(self, index: Tensor) -> None:
         self.tokens = self.tokens.index_select(0, index)
-        self.memory = self.memory.index_select(0, index)
-        self.src = self.src.index_select(0, index)
-        self.src_mask = self.src_mask.index_select(0, index)
+        src, src_mask = self.src.index_select(0, index), self.src_mask.index_select(0, index)
+        # The encoder output and the cross-attention keys/values are functions of a row's source: when every row
+        # keeps one with the same source (beam search within its sentences, none finished), they need no copy.
+        same_source = (src.shape == self.src.shape and torch.equal(src, self.src)
+                       and torch.equal(src_mask, self.src_mask))
+        self.src, self.src_mask = src, src_mask
+        if not same_source:
+            self.memory = self.memory.index_select(0, index)
         for c in self.caches or []:
-            c.reorder(index)
+            c.reorder(index, cross=not same_source)

@@ -55,6 +55,8 @@ class KVCache:
         # absolute positions of the keys the last `append` returned when they are not in order (a wrapped ring,
         # one new token: slot order), else None (in order, ending at `length`)
         self.key_order: Tensor | None = None
+        self._spare_k: Tensor | None = None  # the buffers :meth:`reorder` copies into next (double buffering)
+        self._spare_v: Tensor | None = None
 
     @property
     def max_len(self) -> int:
@@ -110,14 +112,26 @@ class KVCache:
     def reorder(self, index: Tensor) -> None:
         """Select batch rows (beam search: keep the surviving hypotheses' histories).
 
-        Only the filled positions are copied (a beam step used to copy all ``max_len`` of them per layer).
+        Only the filled positions are copied (a beam step used to copy all ``max_len`` of them per layer), into a
+        second buffer kept from the previous reorder: a fresh multi-MB buffer per layer per step cost more in page
+        faults than the copy itself (beam search, bench P6). Views of the cache taken before a reorder are
+        therefore overwritten by the one after.
         """
-        self.k, self.v = self._select(self.k, index), self._select(self.v, index)
+        self.k, self._spare_k = self._select(self.k, index, self._spare_k)
+        self.v, self._spare_v = self._select(self.v, index, self._spare_v)
 
-    def _select(self, buf: Tensor, index: Tensor) -> Tensor:
-        out = buf.new_empty((index.shape[0], *buf.shape[1:]))
-        out[:, :, : self.stored] = buf[:, :, : self.stored].index_select(0, index)
-        return out
+    def _select(self, buf: Tensor, index: Tensor, spare: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """(the rows ``index`` of ``buf`` in ``spare`` or a new buffer, ``buf`` as the next spare)."""
+        n, held = index.shape[0], self.stored
+        if buf.requires_grad:  # autograd through a cache (no decoding loop does): the differentiable copy
+            out = buf.new_empty((n, *buf.shape[1:]))
+            out[:, :, :held] = buf[:, :, :held].index_select(0, index)
+            return out, None
+        if spare is None or spare.shape[0] < n or spare.shape[1:] != buf.shape[1:] or spare.dtype != buf.dtype:
+            spare = buf.new_empty((n, *buf.shape[1:]))
+        out = spare[:n]
+        torch.index_select(buf[:, :, :held], 0, index, out=out[:, :, :held])
+        return out, buf
 
 
 def causal_mask(q_len: int, k_len: int, device=None) -> Tensor:

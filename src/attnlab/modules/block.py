@@ -40,10 +40,13 @@ class EncoderBlock(nn.Module):
 
     def _residual(self, x: Tensor, norm: nn.Module, sublayer: Callable[[Tensor], Tensor],
                   padding_mask: Tensor | None = None) -> Tensor:
-        """``padding_mask`` reaches only norms whose statistics cross tokens (BatchNorm); attention gets its own."""
+        """``padding_mask`` reaches only norms whose statistics cross tokens (BatchNorm); attention gets its own.
+        Dropout is the identity in evaluation: not called then (two module calls per layer per decoding step)."""
         if self.placement == "pre":
-            return x + self.dropout(sublayer(apply_norm(norm, x, padding_mask)))
-        return apply_norm(norm, x + self.dropout(sublayer(x)), padding_mask)
+            h = sublayer(apply_norm(norm, x, padding_mask))
+            return x + (self.dropout(h) if self.training else h)
+        h = sublayer(x)
+        return apply_norm(norm, x + (self.dropout(h) if self.training else h), padding_mask)
 
     def forward(
         self,
@@ -71,9 +74,12 @@ class DecoderCache:
     self_attn: KVCache
     cross_attn: KVCache
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, cross: bool = True) -> None:
+        """Keep the rows ``index``; ``cross=False`` leaves the encoder's keys/values as they are (the caller knows
+        every kept row has the same source as the row it replaces)."""
         self.self_attn.reorder(index)
-        self.cross_attn.reorder(index)
+        if cross:
+            self.cross_attn.reorder(index)
 
 
 class DecoderBlock(EncoderBlock):

@@ -22,6 +22,7 @@ import math
 from torch import Tensor, nn
 
 
+
 def ffn_hidden_dim(dim: int, hidden_mult: float = 4.0, multiple_of: int = 8, gated: bool = False) -> int:
     hidden = hidden_mult * dim
     if gated:
@@ -56,4 +57,4 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         h = self.up_proj(x)
         h = self.activation(self.gate_proj(x)) * h if self.gate_proj is not None else self.activation(h)
-        return self.down_proj(self.dropout(h))
+        return self.down_proj(self.dropout(h) if self.training else h)
