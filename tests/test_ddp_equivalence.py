@@ -70,10 +70,11 @@ def _params_at_init(cfg) -> dict[str, torch.Tensor]:
     return {f"net.{k}": v for k, v in build_model(cfg.model).net.state_dict().items()}
 
 
-# The default suite keeps one family per data path (LM windows, augmented images, translation pairs, utterances
-# with BatchNorm buffers); the RNN reads the same translation batches as the transformer, the classifier the same
-# fixed-size batches as the LM: those two run with `-m slow` (the suite's 10-minute budget).
-SAME_DATA_PATH_AS_ANOTHER = ("seq2seq_attention", "sequence_classifier")
+# The default suite keeps one family per way of matching 2 ranks (doubled batch: LM windows; accumulation:
+# translation pairs, utterances with BatchNorm buffers); the RNN reads the same translation batches as the
+# transformer, the classifier and the ViT (its crops and flips are functions of (seed, epoch, item), tested in
+# tests/data) the same doubled batches as the LM: those three run with `-m slow` (the suite's 10-minute budget).
+SAME_DATA_PATH_AS_ANOTHER = ("seq2seq_attention", "sequence_classifier", "vit")
 
 
 @pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f in SAME_DATA_PATH_AS_ANOTHER else f

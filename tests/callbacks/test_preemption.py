@@ -223,7 +223,9 @@ def test_train_py_preempted_by_a_signal_exits_0_and_resumes_at_that_step(tmp_pat
     assert final["global_step"] == step + 3
 
 
-@pytest.mark.parametrize("model", ["transformer_mt", "seq2seq_attention", "vit", "tts"])
+# the RNN shares the transformer's task, data and checkpoint path: `-m slow` (the suite's 10-minute budget)
+@pytest.mark.parametrize("model", ["transformer_mt", pytest.param("seq2seq_attention", marks=pytest.mark.slow),
+                                   "vit", "tts"])
 def test_every_model_family_preempted_by_sigterm_resumes_at_that_step(tmp_path, cache_dir, model):
     """The same fault for the other families: translation (transformer and RNN), ViT and TTS, each with its data.
     Their first run also builds its data set in the cache, hence the longer start-up allowance."""
