@@ -41,6 +41,38 @@ def verdict_of_parts(*parts: bool) -> str:
     return verdict(all(parts), any(parts))
 
 
+def interval_rule(diff: float, low: float | None, high: float | None, sign: int, bound: float = 0.0,
+                  margin: float = 0.0) -> tuple[bool, bool]:
+    """(holds, leans) of a difference claimed to lie on one side of ``bound`` (``sign`` +1: above, -1: below),
+    e.g. from :func:`attnlab.compare.welch` over the seeds. ``holds``: the whole interval lies on the claimed side
+    (significant at its confidence); ``leans``: the mean does. With one seed per setting there is no interval:
+    ``holds`` then needs the point difference beyond ``bound`` by more than ``margin`` (the run-to-run noise the
+    claim allows a single run). A claim's verdict: reproduced when its parts hold, partly when some lean."""
+    beyond = sign * (diff - bound)
+    if low is None or high is None:
+        return beyond > margin, beyond > 0
+    nearest = low if sign > 0 else high  # the end of the interval nearest the bound
+    return sign * (nearest - bound) > 0, beyond > 0
+
+
+def interval(low: float | None, high: float | None, digits: int = 3) -> str | None:
+    """An interval for the table and the text, ``[-0.012, +0.034]``; None without one (a single seed)."""
+    return None if low is None else f"[{low:+.{digits}f}, {high:+.{digits}f}]"
+
+
+def reading(diff: float, low: float | None, high: float | None, p: float | None, holds: bool, leans: bool,
+            claimed: str, single: str, digits: int = 3) -> str:
+    """One part of a claim in words, for the evidence: ``+0.012, 95% interval [-0.004, +0.028] (Welch over the
+    seeds, p = 0.12): higher on average, not significantly`` (``claimed``: "higher"; ``holds``/``leans`` from
+    :func:`interval_rule`). Without an interval (one seed, or no spread between the seeds) it names the single-run
+    rule ``single`` that decided instead."""
+    if low is None:
+        return f"{diff:+.{digits}f} (no interval; the single-run rule: {single})"
+    way = (f"significantly {claimed}" if holds else f"{claimed} on average, not significantly" if leans
+           else f"not {claimed}")
+    return f"{diff:+.{digits}f}, 95% interval {interval(low, high, digits)} (Welch over the seeds, p = {p:.2g}): {way}"
+
+
 @dataclass(frozen=True)
 class Claim:
     id: str  # "E9"

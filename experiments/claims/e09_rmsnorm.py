@@ -12,15 +12,11 @@ from statistics import mean
 
 from attnlab.compare import welch
 
-from .base import QUICK_LM, STEP_TIMES, Claim, Context, Result, fmt, verdict_of_parts
+from .base import QUICK_LM, STEP_TIMES, Claim, Context, Result, fmt, interval, verdict_of_parts
 from .plots import figure, save
 
 SETTINGS = {"pre": "LayerNorm (pre)", "rms": "RMSNorm (pre)"}
 TOLERANCE = 0.02  # nats: RMSNorm is "as good" unless it may trail LayerNorm's validation loss by more than this
-
-
-def interval(low: float | None, high: float | None, digits: int = 3) -> str | None:
-    return None if low is None else f"[{low:+.{digits}f}, {high:+.{digits}f}]"
 
 
 def analyze(ctx: Context) -> Result:

@@ -12,15 +12,11 @@ from statistics import mean, stdev
 
 from attnlab.compare import welch
 
-from .base import QUICK_LM, Claim, Context, Result, fmt, verdict
+from .base import QUICK_LM, Claim, Context, Result, fmt, interval, interval_rule, verdict
 from .plots import figure, save
 
 SETTINGS = {"pre": "LayerNorm (pre)", "batch": "BatchNorm (pre)"}
 MARGIN = 0.05  # nats: with a single seed, a gap smaller than this is taken as run-to-run noise at this size
-
-
-def interval(low: float | None, high: float | None) -> str | None:
-    return None if low is None else f"[{low:+.3f}, {high:+.3f}]"
 
 
 def analyze(ctx: Context) -> Result:
@@ -54,13 +50,12 @@ def analyze(ctx: Context) -> Result:
     ln, bn = rows
     n = min(len(v) for v in best.values())
     cfg = val.jobs["pre"][0].config
+    worse, partly = interval_rule(gap, low, high, sign=+1, margin=MARGIN)  # claimed: BatchNorm's loss higher
     if low is not None:
-        worse, partly = low > 0, gap > 0
         rule = (f"95% interval {interval(low, high)} (Welch over the seeds, p = {p:.2g}). The rule: an interval "
                 f"above zero (significantly worse) reproduces the claim, worse on average with an interval that "
                 f"includes zero partly, no worse does not.")
     else:
-        worse, partly = gap > MARGIN, gap > 0
         rule = (f"One seed per setting, so no interval. The rule: worse by more than {MARGIN} nats reproduces the "
                 f"claim, worse by less partly, no worse does not.")
     return Result(

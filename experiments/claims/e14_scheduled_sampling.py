@@ -1,29 +1,39 @@
 """E14: exposure bias and scheduled sampling: free-running (greedy) accuracy with and without it.
 
-The RNN with Bahdanau attention is trained twice on the same data, seed and steps: with teacher forcing only and with
-scheduled sampling (inverse sigmoid decay, per decoder step). Test translation is greedy, i.e. the model reads its
-own previous tokens. The cost of exposure bias is measured on the test split as the token error rate when the
-decoder reads its *own* prefix (greedy, edit distance to the reference) minus the rate when it reads the
+The RNN with Bahdanau attention is trained on the same data and steps with teacher forcing only and with scheduled
+sampling (inverse sigmoid decay, per decoder step), each over several seeds. Test translation is greedy, i.e. the
+model reads its own previous tokens. The cost of exposure bias is measured on the test split as the token error rate
+when the decoder reads its *own* prefix (greedy, edit distance to the reference) minus the rate when it reads the
 *reference* prefix (teacher-forced argmax): :func:`error_rates`. Scheduled sampling should shrink that excess and
 raise the free-running accuracy.
+
+Each part of the claim is read from the 95% interval of its difference over the seeds (Welch; greedy exact match via
+``ctx.compare``, the code of ``python -m attnlab.compare``): "helps" holds when the interval of the exact-match gain
+lies above zero, "shrinks" when the interval of the change in excess lies below zero; a part whose mean goes the
+claimed way with an interval that includes zero counts for "partly". With one seed per setting there is no interval,
+and the single-run margins GAIN and SHRINK apply.
 """
 
 from __future__ import annotations
 
 import math
+from statistics import mean
 
+import numpy as np
 import torch
 
+from attnlab.compare import welch
 from attnlab.data.parallel import bucket_names
 from attnlab.data.tokenizer import EOS_ID, PAD_ID
 
-from .base import QUICK_RNN_NUMBERS, Claim, Context, Job, Result, fmt, verdict_of_parts
+from .base import QUICK_RNN_NUMBERS, Claim, Context, Job, Result, fmt, interval, interval_rule, reading, verdict
 from .plots import figure, grouped_bars, save
 from .runs import load_run
 
 SCHEDULES = {"none": "teacher forcing", "inverse_sigmoid": "scheduled sampling"}
-# Verdict: scheduled sampling "helps" when greedy exact match rises by at least GAIN; exposure bias "shrinks" when
-# the free-running token error rate's excess over the teacher-forced one falls by at least SHRINK (relative).
+# With a single seed (no interval): scheduled sampling "helps" when greedy exact match rises by more than GAIN;
+# exposure bias "shrinks" when the free-running token error rate's excess over the teacher-forced one falls by more
+# than SHRINK (relative).
 GAIN, SHRINK = 0.02, 0.2
 
 
@@ -63,61 +73,90 @@ def error_rates(job: Job) -> dict[str, float]:
     return {"teacher-forced": tf_errors / tokens, "free-running": fr_errors / tokens}
 
 
+def spread(values: list[float]) -> float:
+    """Standard deviation over the seeds (0 with one seed; NaN where a length bucket is empty), for error bars."""
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
 def analyze(ctx: Context) -> Result:
+    em = ctx.compare("model.scheduled_sampling.schedule", "test/exact_match", baseline="none")  # greedy, free-running
+    errors = {s: [error_rates(job) for job in em.jobs[s]] for s in SCHEDULES}  # one dict per seed
+    forced = {s: [e["teacher-forced"] for e in errors[s]] for s in SCHEDULES}
+    free = {s: [e["free-running"] for e in errors[s]] for s in SCHEDULES}
+    excess = {s: [e["free-running"] - e["teacher-forced"] for e in errors[s]] for s in SCHEDULES}
+    ss = em.row("inverse_sigmoid")
+    d_excess, ex_low, ex_high, ex_p = welch(excess["inverse_sigmoid"], excess["none"], em.confidence)
+    helps, em_up = interval_rule(ss.diff, ss.ci_low, ss.ci_high, sign=+1, margin=GAIN)
+    shrinks, excess_down = interval_rule(d_excess, ex_low, ex_high, sign=-1,
+                                         margin=SHRINK * mean(excess["none"]))
+
     fig, (ax_len, ax_err) = figure(ncols=2)
-    rows, found = [], {}
-    for schedule, label, job in ctx.settings("model.scheduled_sampling.schedule", SCHEDULES):
-        err = error_rates(job)
-        greedy = job.metric("test/exact_match")
-        found[schedule] = (greedy, err["teacher-forced"], err["free-running"])
-        rows.append({"training": label, "greedy EM": fmt(greedy), "greedy BLEU": fmt(job.metric("test/bleu"), 1),
-                     "token errors, teacher-forced": fmt(err["teacher-forced"], 4),
-                     "token errors, free-running": fmt(err["free-running"], 4),
-                     "excess (free - forced)": fmt(err["free-running"] - err["teacher-forced"], 4),
-                     "test loss (TF)": fmt(job.metric("test/loss"))})
-        names = bucket_names(job.config.data.bucket_edges)
-        em = [job.metrics.get(f"test/exact_match_len_{b}", math.nan) for b in names]
-        ax_len.plot(range(len(names)), em, marker="o", label=label)
-        if schedule != "none":
-            steps, ratio = job.curve("train/sampling_ratio")
-            last = (steps[-1], ratio[-1])
-    cfg = ctx.job(model__scheduled_sampling__schedule="inverse_sigmoid").config.model.scheduled_sampling
+    rows = []
+    for schedule, label in SCHEDULES.items():
+        r, jobs, base = em.row(schedule), em.jobs[schedule], schedule == "none"
+        rows.append({"training": label, "seeds": r.n, "greedy EM": fmt(r.mean), "± std": fmt(r.std),
+                     "Δ EM": fmt(r.diff), "95% CI": interval(r.ci_low, r.ci_high), "p": fmt(r.p_value),
+                     "token errors, teacher-forced": fmt(mean(forced[schedule]), 4),
+                     "token errors, free-running": fmt(mean(free[schedule]), 4),
+                     "excess (free - forced)": fmt(mean(excess[schedule]), 4),
+                     "Δ excess": None if base else fmt(d_excess, 4),
+                     "95% CI (excess)": None if base else interval(ex_low, ex_high, 4),
+                     "p (excess)": None if base else fmt(ex_p),
+                     "test loss (TF)": fmt(mean(j.metric("test/loss") for j in jobs))})
+        names = bucket_names(jobs[0].config.data.bucket_edges)
+        by_length = [[j.metrics.get(f"test/exact_match_len_{b}", math.nan) for j in jobs] for b in names]
+        ax_len.errorbar(range(len(names)), [mean(v) for v in by_length], yerr=[spread(v) for v in by_length],
+                        marker="o", capsize=3, label=f"{label} (n={r.n})")
+    ss_job = em.jobs["inverse_sigmoid"][0]
+    cfg = ss_job.config.model.scheduled_sampling
+    steps, ratio = ss_job.curve("train/sampling_ratio")
     ax_len.set(xticks=range(len(names)), xticklabels=names, xlabel="source length (words)", ylim=(-0.02, 1.02),
                ylabel="greedy test exact match", title=f"by length (inverse sigmoid, k={cfg.k:g})")
     ax_len.legend(fontsize=8)
-    x = range(len(SCHEDULES))
-    grouped_bars(ax_err, {"reference prefix (TF)": [found[s][1] for s in SCHEDULES],
-                          "own prefix (greedy)": [found[s][2] for s in SCHEDULES]})
-    top = max(max(v[1:]) for v in found.values())
-    ax_err.set(xticks=list(x), ylim=(0, 1.4 * top), ylabel="token errors per reference token",
-               title="teacher-forced vs free-running")
+    grouped_bars(ax_err, {"reference prefix (TF)": [mean(forced[s]) for s in SCHEDULES],
+                          "own prefix (greedy)": [mean(free[s]) for s in SCHEDULES]},
+                 styles={"reference prefix (TF)": {"yerr": [spread(forced[s]) for s in SCHEDULES], "capsize": 3},
+                         "own prefix (greedy)": {"yerr": [spread(free[s]) for s in SCHEDULES], "capsize": 3}})
+    top = max(mean(free[s]) + spread(free[s]) for s in SCHEDULES)
+    ax_err.set(xticks=list(range(len(SCHEDULES))), ylim=(0, 1.4 * top), ylabel="token errors per reference token",
+               title="teacher-forced vs free-running (± std)")
     ax_err.set_xticklabels(list(SCHEDULES.values()), fontsize=8)
     ax_err.legend(fontsize=7, loc="upper center", ncol=2)
-    save(fig, ctx.figure_path, "E14: scheduled sampling vs teacher forcing (RNN + attention)")
+    save(fig, ctx.figure_path, "E14: scheduled sampling vs teacher forcing (RNN + attention, mean over seeds)")
 
-    (em_tf, tf_tf, fr_tf), (em_ss, tf_ss, fr_ss) = found["none"], found["inverse_sigmoid"]
-    excess_tf, excess_ss = fr_tf - tf_tf, fr_ss - tf_ss
-    n_test = ctx.job(model__scheduled_sampling__schedule="none").config.data.test_size
-    helps = em_ss >= em_tf + GAIN
-    shrinks = excess_ss <= (1 - SHRINK) * excess_tf
+    tf, sch = rows
+    n = min(r.n for r in em.rows)
+    n_test = ss_job.config.data.test_size
+    em_tf = em.row("none").mean
+    em_text = reading(ss.diff, ss.ci_low, ss.ci_high, ss.p_value, helps, em_up, "higher",
+                      f"up by more than {GAIN}")
+    excess_text = reading(d_excess, ex_low, ex_high, ex_p, shrinks, excess_down, "lower",
+                          f"down by more than {SHRINK:.0%}", digits=4)
+    rule = (f"Exact match {em_text}; the excess {excess_text}. The rule: a part holds when its interval lies on "
+            f"the claimed side of zero, leans when its mean does; both holding reproduce the claim, any leaning "
+            f"partly.")
     return Result(
         rows=rows,
-        headline=(f"greedy test exact match {em_ss:.3f} with scheduled sampling vs {em_tf:.3f} with teacher forcing; "
-                  f"free-running minus teacher-forced token error rate {excess_ss:+.4f} vs {excess_tf:+.4f}"),
-        verdict=verdict_of_parts(helps, shrinks),
-        evidence=(f"Same data, seed and steps. Trained with teacher forcing only, the RNN gets {tf_tf:.2%} of the "
-                  f"test tokens wrong when it reads the reference prefix and {fr_tf:.2%} (edit distance) when it "
-                  f"reads its own: {excess_tf:+.4f} from exposure bias. With scheduled sampling: {tf_ss:.2%} vs "
-                  f"{fr_ss:.2%}, {excess_ss:+.4f}. Free-running exact match changes by {em_ss - em_tf:+.3f} "
-                  f"({'at least' if helps else 'less than'} the {GAIN} that counts as helping); the excess "
-                  f"{'shrinks' if shrinks else 'does not shrink'} by {SHRINK:.0%} or more."),
-        notes=(f"One seed: the binomial standard error of an exact match near {em_tf:.2f} on "
-               f"{n_test} test sentences is ±{math.sqrt(em_tf * (1 - em_tf) / n_test):.3f}, and seed-to-seed "
-               "variation was not measured, so differences of that size are not conclusive. One schedule "
-               f"(inverse sigmoid, k={cfg.k:g}: the share of own tokens fed reached "
-               f"{last[1]:.2f} at step {last[0]}), RNN only (the transformer's two-pass variant was not run). The "
-               "numbers task is deterministic and its outputs short; exposure bias matters more for long, ambiguous "
-               "outputs."),
+        headline=(f"greedy test exact match {ss.mean:.3f} with scheduled sampling vs {em_tf:.3f} with teacher "
+                  f"forcing ({ss.diff:+.3f}" + (f", 95% CI {interval(ss.ci_low, ss.ci_high)}" if ss.ci_low is not None
+                                                else "")
+                  + f", {n} seed{'s' if n > 1 else ''}); free-running minus teacher-forced token error rate "
+                  f"{sch['excess (free - forced)']:+.4f} vs {tf['excess (free - forced)']:+.4f}"),
+        verdict=verdict(helps and shrinks, partly=em_up or excess_down),
+        evidence=(f"Same steps, {n} seed{'s' if n > 1 else ''} per setting (a seed draws the data and the "
+                  f"initialization; both settings share it), seed means. Trained with "
+                  f"teacher forcing only, the RNN gets {mean(forced['none']):.2%} of the test tokens wrong when it "
+                  f"reads the reference prefix and {mean(free['none']):.2%} (edit distance) when it reads its own: "
+                  f"{mean(excess['none']):+.4f} from exposure bias. With scheduled sampling: "
+                  f"{mean(forced['inverse_sigmoid']):.2%} vs {mean(free['inverse_sigmoid']):.2%}, "
+                  f"{mean(excess['inverse_sigmoid']):+.4f}. {rule}"),
+        notes=(f"The binomial standard error of one run's exact match near {em_tf:.2f} on {n_test} test sentences "
+               f"is ±{math.sqrt(em_tf * (1 - em_tf) / n_test):.3f}; "
+               + ("the interval adds the seed-to-seed variation. " if n > 1 else
+                  "seed-to-seed variation was not measured, so differences of that size are not conclusive. ")
+               + f"One schedule (inverse sigmoid, k={cfg.k:g}: the share of own tokens fed reached {ratio[-1]:.2f} "
+               f"at step {steps[-1]}), RNN only (the transformer's two-pass variant was not run). The numbers task "
+               "is deterministic and its outputs short; exposure bias matters more for long, ambiguous outputs."),
     )
 
 
@@ -130,5 +169,6 @@ CLAIM = Claim(
               "model.scheduled_sampling.schedule=none,inverse_sigmoid"],
     analyze=analyze,
     quick=[*QUICK_RNN_NUMBERS, "model.scheduled_sampling.k=2"],
-    minutes=4,
+    seeds=3,
+    minutes=3,  # measured: 6 jobs (3 seeds) and the analysis in 2.3 min on 2 cores at load 0.2-1.7
 )

@@ -20,7 +20,7 @@ from hydra.core.global_hydra import GlobalHydra
 
 from attnlab.paths import CONF_DIR, ROOT
 from experiments.claims import Claim, Result, all_claims, get_claim, normalize_id
-from experiments.claims.base import verdict, verdict_of_parts
+from experiments.claims.base import interval_rule, verdict, verdict_of_parts
 from experiments.claims.report import render
 from experiments.claims.runner import ClaimRunError, run_claim, with_seeds
 
@@ -41,6 +41,16 @@ def test_verdict_rules():
     assert verdict_of_parts(True, True, True) == "reproduced"
     assert verdict_of_parts(True, False, True) == "partly reproduced"
     assert verdict_of_parts(False, False) == "not reproduced"
+
+
+def test_interval_rule_reads_the_interval_then_the_single_run_margin():
+    """(holds, leans): the interval on the claimed side holds, only the mean there leans; no interval: the margin."""
+    assert interval_rule(-0.05, -0.08, -0.02, sign=-1) == (True, True)  # claimed lower, interval below 0
+    assert interval_rule(-0.05, -0.10, +0.01, sign=-1) == (False, True)  # mean lower, interval includes 0
+    assert interval_rule(+0.03, +0.01, +0.05, sign=-1) == (False, False)
+    assert interval_rule(-0.005, -0.009, -0.001, sign=+1, bound=-0.01) == (True, True)  # non-inferiority
+    assert interval_rule(+0.03, None, None, sign=+1, margin=0.02) == (True, True)  # one seed: beyond the margin
+    assert interval_rule(+0.01, None, None, sign=+1, margin=0.02) == (False, True)
 
 
 def test_report_regenerates_the_committed_page():
