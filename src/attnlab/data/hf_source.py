@@ -50,6 +50,20 @@ HF_OPTIONS: dict[str, str | None] = {
 }
 
 
+def hf_options(source: str, path: str | None, hf: dict | None) -> dict | None:
+    """A data module's ``hf`` argument checked and completed: every option, plain types (checkpoints load with
+    ``weights_only=True``); None for another source. A missing path or an unknown option is a one-line error."""
+    unknown = set(hf or {}) - set(HF_OPTIONS)
+    if unknown:
+        raise ConfigError(f"unknown data.hf option(s) {', '.join(sorted(unknown))}; valid: {', '.join(HF_OPTIONS)}")
+    if source != "hf":
+        return None
+    if not path:
+        raise ConfigError("data=hf needs data.path=<a parquet/json/jsonl/arrow/csv file or glob, a saved dataset "
+                          "folder, or a hub name>")
+    return {**HF_OPTIONS, **{str(k): v for k, v in (hf or {}).items()}}
+
+
 def _datasets():
     try:
         import datasets

@@ -34,7 +34,7 @@ from attnlab.data.loading import EpochDataLoader, FrozenEpochSampler, MidEpochRe
 from attnlab.data.normalization import TextNormalization
 from attnlab.data.shards import (CHUNK_BYTES, ChunkEncoder, TokenStream, build_shards, read_manifest, shards_dir,
                                  trusted_shards)
-from attnlab.data.hf_source import HF_OPTIONS, text_column_file
+from attnlab.data.hf_source import hf_options, text_column_file
 from attnlab.data.text_sources import TextSource, fingerprint, resolve_files, sample_chunks
 from attnlab.data.tokenizer import BPETokenizer
 
@@ -228,12 +228,7 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
             raise ConfigError(f"unknown data source {source!r}; valid sources: {', '.join(SOURCES)}")
         if source == "text_file" and not path:
             raise ConfigError("source='text_file' needs path=<a UTF-8 text file, a folder or a glob>")
-        if source == "hf" and not path:
-            raise ConfigError("data=hf needs data.path=<a parquet/json/jsonl/arrow/csv file or glob, a saved dataset "
-                              "folder, or a hub name>")
-        unknown = set(hf or {}) - set(HF_OPTIONS)
-        if unknown:
-            raise ConfigError(f"unknown data.hf option(s) {', '.join(sorted(unknown))}; valid: {', '.join(HF_OPTIONS)}")
+        hf = hf_options(source, path, hf)
         if not tokenizer_sample_mb > 0:
             raise ConfigError(f"tokenizer_sample_mb must be > 0, got {tokenizer_sample_mb}")
         if seq_len < 1 or batch_size < 1:
@@ -247,8 +242,7 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
         self.normalization = TextNormalization.from_config(DEFAULT_NORMALIZATION if normalize is None else normalize)
         self.save_hyperparameters()
         self.hparams.normalize = self.normalization.as_dict()
-        # plain types only (checkpoints load with weights_only=True), every option recorded
-        self.hparams.hf = {**HF_OPTIONS, **{str(k): v for k, v in (hf or {}).items()}} if source == "hf" else None
+        self.hparams.hf = hf  # hf_options: plain types, every option
         self.tokenizer: BPETokenizer | None = None
         self.vocab_size: int | None = None  # real tokenizer size, known after setup()
         self.train_dataset: RandomWindowDataset | None = None

@@ -47,7 +47,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from attnlab.data.errors import ConfigError, DataError
-from attnlab.data.hf_source import HF_OPTIONS, hf_pairs, load_hf
+from attnlab.data.hf_source import hf_options, hf_pairs, load_hf
 from attnlab.data.loading import BatchDataset, MidEpochResume, batch_loader
 from attnlab.data.normalization import TextNormalization
 from attnlab.data.numbers import load_or_generate_numbers
@@ -212,14 +212,9 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
             raise ConfigError(f"unknown data source {source!r}; valid sources: {', '.join(SOURCES)}")
         if source == "tsv" and not path:
             raise ConfigError("source='tsv' needs path=<a tab-separated file: source<TAB>target per line>")
-        if source == "hf" and not path:
-            raise ConfigError("data=hf needs data.path=<a parquet/json/jsonl/arrow/csv file or glob, a saved dataset "
-                              "folder, or a hub name>")
+        hf = hf_options(source, path, hf)
         if source != "numbers" and copy_names:
             raise ConfigError("copy_names applies to source='numbers' only")
-        unknown = set(hf or {}) - set(HF_OPTIONS)
-        if unknown:
-            raise ConfigError(f"unknown data.hf option(s) {', '.join(sorted(unknown))}; valid: {', '.join(HF_OPTIONS)}")
         if seq_len < 2 or batch_size < 1:
             raise ConfigError(f"seq_len must be >= 2 and batch_size >= 1, got {seq_len}, {batch_size}")
         bucket_edges = check_bucket_edges(bucket_edges)
@@ -229,8 +224,7 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
         self.save_hyperparameters()
         self.hparams.bucket_edges = list(bucket_edges)
         self.hparams.normalize = self.normalization.as_dict()
-        # plain types only (checkpoints load with weights_only=True), every option recorded
-        self.hparams.hf = {**HF_OPTIONS, **{str(k): v for k, v in (hf or {}).items()}} if source == "hf" else None
+        self.hparams.hf = hf  # hf_options: plain types, every option
         self.bucket_names: list[str] = bucket_names(bucket_edges)
         self.tokenizer: BPETokenizer | None = None
         self.vocab_size: int | None = None  # real tokenizer size, known after setup()
