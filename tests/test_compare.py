@@ -1,6 +1,7 @@
 """Seed sweeps as a user runs them: `python train.py -m norm=pre,rms seed=0,1` puts the seeds of a setting in one W&B
 group, and `python -m attnlab.compare <sweep> --by norm` tabulates mean ± std, the difference to the baseline with
-Welch's interval and p-value (checked here against numpy and scipy), and draws the curves with bands."""
+Welch's interval and p-value (or the paired t-test by seed; checked here against numpy and scipy), and draws the
+curves with bands."""
 
 from __future__ import annotations
 
@@ -146,3 +147,27 @@ def test_a_setting_with_one_seed_has_no_interval(sweep, tmp_path, capsys):
         rows = {r["setting"]: r for r in csv.DictReader(f)}
     assert rows["rms"]["n"] == "1" and rows["rms"]["std"] == "" and rows["rms"]["ci_low"] == ""
     assert rows["rms"]["p_value"] == "" and rows["rms"]["verdict"] == "n/a (n=1)" and rows["rms"]["diff"] != ""
+
+
+def test_paired_compare_matches_scipy_ttest_rel(sweep, tmp_path, capsys):
+    """`--test paired` pairs each rms job with the pre job of its seed and tests the per-seed differences."""
+    assert main([str(sweep), "--by", "norm", "--test", "paired", "--out", str(tmp_path / "paired")]) == 0
+    assert "p (paired t)" in capsys.readouterr().out
+    with open(tmp_path / "paired.csv") as f:
+        rms = {r["setting"]: r for r in csv.DictReader(f)}["rms"]
+    loss = {j: json.loads((sweep / j / "metrics.json").read_text())["val/loss"] for j in "0123"}
+    pre, rms_values = np.array([loss["0"], loss["1"]]), np.array([loss["2"], loss["3"]])  # seeds 0, 1 each
+    test = stats.ttest_rel(rms_values, pre)
+    low, high = test.confidence_interval(0.95)
+    assert rms["paired_seeds"] == "0 1"
+    assert float(rms["diff"]) == pytest.approx((rms_values - pre).mean(), rel=1e-9)
+    assert float(rms["ci_low"]) == pytest.approx(low, rel=1e-9) and float(rms["ci_high"]) == pytest.approx(high, rel=1e-9)
+    assert float(rms["p_value"]) == pytest.approx(test.pvalue, rel=1e-9)
+    assert "the paired t-test over the seeds both settings ran" in (tmp_path / "paired.md").read_text()
+    # a seed only one setting ran is left out of the pairs and noted; one pair left gives no interval
+    small = tmp_path / "sweep"
+    for job in "012":
+        shutil.copytree(sweep / job, small / job)
+    result = compare(small, "norm", test="paired")
+    assert result.row("rms").pairs == [0] and result.row("rms").verdict == "n/a (n=1)"
+    assert "rms: seeds [1] are not in both rms and pre; the paired test leaves them out" in result.notes

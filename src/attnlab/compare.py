@@ -7,6 +7,11 @@ and a p-value from Welch's t-test (unequal variances; scipy), so that "RMSNorm b
 spread between seeds rather than from one run each. Differences whose interval excludes zero are significant. A
 figure shows each setting's curve over steps: the mean over seeds with a ± std band.
 
+``--test paired`` pairs the jobs of two settings by seed and tests the per-seed differences instead (a paired
+t-test). A seed here draws the initialization and the data split, so two settings run at one seed share both; the
+pairing removes that shared part of the seed-to-seed spread, and the interval is narrower when the settings move
+together over seeds. Seeds that only one setting ran are left out of its pairs (and noted).
+
 Writes ``<out>.md`` (the table), ``<out>.csv`` (the numbers, full precision) and ``<out>.png`` (the curves); by
 default ``<sweep dir>/compare-<by>-<metric>``. The same code is a library: :func:`compare` returns a
 :class:`Comparison` (the notebooks and the claims use it).
@@ -48,7 +53,8 @@ class SettingStats:
     diff: float | None = None  # mean - baseline mean; None for the baseline itself
     ci_low: float | None = None  # the interval of diff at the comparison's confidence; None with n=1 on a side
     ci_high: float | None = None
-    p_value: float | None = None  # Welch's t-test, two-sided
+    p_value: float | None = None  # Welch's (or the paired) t-test, two-sided
+    pairs: list[int] | None = None  # --test paired: the seeds paired with the baseline's
     significant: bool | None = None  # the interval excludes 0 (p < 1 - confidence); None when not testable
     verdict: str = ""  # "baseline", "better", "worse", "no significant difference", "n/a (n=1)", ...
 
@@ -80,6 +86,7 @@ class Comparison:
     mode: str  # "min": lower is better, "max": higher is better
     confidence: float
     rows: list[SettingStats]
+    test: str = "welch"  # "welch": two independent samples; "paired": per-seed differences
     jobs: dict[str, list[SweepJob]] = field(repr=False, default_factory=dict)  # setting -> its jobs
     notes: list[str] = field(default_factory=list)  # skipped jobs, pooled settings: printed under the table
 
@@ -93,7 +100,11 @@ class Comparison:
     def header(self) -> list[str]:
         ci = f"{self.confidence:.0%} CI"
         return [" ".join(self.by) or "setting", "n", "seeds", f"{self.metric} (mean ± std)",
-                f"Δ vs {self.baseline}", ci, "p (Welch)", "significant"]
+                f"Δ vs {self.baseline}", ci, f"p ({self.test_name})", "significant"]
+
+    @property
+    def test_name(self) -> str:
+        return "Welch" if self.test == "welch" else "paired t"
 
     def cells(self, r: SettingStats) -> list[str]:
         mean = _num(r.mean) + ("" if r.std is None else f" ± {_num(r.std)}")
@@ -108,8 +119,10 @@ class Comparison:
         lines = ["| " + " | ".join(self.header()) + " |", "|" + "---|" * len(self.header())]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in self.cells(r)) + " |" for r in self.rows]
         better = "lower" if self.mode == "min" else "higher"
+        how = ("Welch's t-test" if self.test == "welch" else
+               "the paired t-test over the seeds both settings ran (Δ: the mean per-seed difference)")
         lines += ["", f"{self.metric}: final value per seed, {better} is better; Δ = setting − {self.baseline}, "
-                      f"{self.confidence:.0%} confidence interval and p-value of Welch's t-test; significant when "
+                      f"{self.confidence:.0%} confidence interval and p-value of {how}; significant when "
                       f"the interval excludes 0. Sweep: {self.sweep_dir}"]
         lines += [f"- note: {n}" for n in self.notes]
         return "\n".join(lines) + "\n"
@@ -132,14 +145,14 @@ class Comparison:
 
     def to_csv(self, path: str | Path) -> None:
         keys = ["setting", "n", "seeds", "mean", "std", "diff", "ci_low", "ci_high", "p_value", "significant",
-                "verdict", "jobs"]
+                "verdict", "jobs", "paired_seeds"]
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(keys)
             for r in self.rows:
                 w.writerow([r.setting, r.n, " ".join(str(s) for s in r.seeds), r.mean, _csv(r.std), _csv(r.diff),
                             _csv(r.ci_low), _csv(r.ci_high), _csv(r.p_value), _csv(r.significant), r.verdict,
-                            " ".join(r.jobs)])
+                            " ".join(r.jobs), "" if r.pairs is None else " ".join(map(str, r.pairs))])
 
     # ---- the figure ------------------------------------------------------------------------------------------
     def plot(self, path: str | Path | None = None, ax=None, key: str | None = None,
@@ -209,14 +222,35 @@ def welch(a, b, confidence: float = 0.95) -> tuple[float, float | None, float | 
     return diff, diff - half, diff + half, p
 
 
+def paired_t(a, b, confidence: float = 0.95) -> tuple[float, float | None, float | None, float | None]:
+    """(mean(a - b), interval low, interval high, two-sided p) of the paired t-test: ``a[i]`` and ``b[i]`` are one
+    seed's values under two settings. The interval and p are None with fewer than 2 pairs or identical
+    differences."""
+    from scipy import stats
+
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    diff = float(d.mean())
+    if len(d) < 2:
+        return diff, None, None, None
+    se = float(d.std(ddof=1)) / math.sqrt(len(d))
+    if se == 0:
+        return diff, None, None, None
+    half = float(stats.t.ppf(0.5 + confidence / 2, len(d) - 1)) * se
+    p = float(stats.ttest_rel(a, b).pvalue)
+    return diff, diff - half, diff + half, p
+
+
 def compare(sweep_dir: str | Path, by: str | list[str] | None = None, metric: str = "val/loss",
             baseline: str | None = None, mode: str = "auto", confidence: float = 0.95,
-            job_class: type[SweepJob] = SweepJob) -> Comparison:
+            job_class: type[SweepJob] = SweepJob, test: str = "welch") -> Comparison:
     """Group the sweep's finished jobs by the values of ``by`` (a key or a list; dotted config keys, config groups
     and overrides all work; None: the overrides that vary, seed aside) and compare ``metric``'s final value.
+    ``test``: "welch" (independent samples) or "paired" (the settings' jobs paired by seed).
     ``job_class``: what ``Comparison.jobs`` holds (the claims read more from a job)."""
     if not 0 < confidence < 1:
         raise CompareError(f"confidence must be between 0 and 1, got {confidence}")
+    if test not in ("welch", "paired"):
+        raise CompareError(f"--test must be welch or paired, got {test!r}")
     by = [k for part in ([by] if isinstance(by, str) else by or []) for k in part.split(",") if k]
     sweep_dir = Path(sweep_dir)
     try:
@@ -267,6 +301,13 @@ def compare(sweep_dir: str | Path, by: str | list[str] | None = None, metric: st
     if baseline not in groups:
         raise CompareError(f"--baseline {baseline!r} is not a setting of {' '.join(by)}; settings: {', '.join(groups)}")
     base_values = [values[j.name] for j in groups[baseline]]
+    if test == "paired":
+        for setting, members in groups.items():
+            seeds = [j.seed for j in members]
+            if None in seeds or len(set(seeds)) < len(seeds):
+                raise CompareError(f"--test paired pairs jobs by seed, but the seeds of {setting} are {seeds}: "
+                                   f"each job of a setting needs its own seed (or use --test welch)")
+        base_by_seed = {j.seed: values[j.name] for j in groups[baseline]}
     rows = []
     for setting, members in groups.items():
         vals = [values[j.name] for j in members]
@@ -276,9 +317,24 @@ def compare(sweep_dir: str | Path, by: str | list[str] | None = None, metric: st
         if setting == baseline:
             row.verdict = "baseline"
         else:
-            row.diff, row.ci_low, row.ci_high, row.p_value = welch(vals, base_values, confidence)
+            if test == "welch":
+                row.diff, row.ci_low, row.ci_high, row.p_value = welch(vals, base_values, confidence)
+                n_smaller = min(len(vals), len(base_values))
+            else:
+                row.pairs = [j.seed for j in members if j.seed in base_by_seed]
+                unpaired = sorted({j.seed for j in members} ^ set(base_by_seed))
+                if unpaired:
+                    notes.append(f"{setting}: seeds {unpaired} are not in both {setting} and {baseline}; "
+                                 f"the paired test leaves them out")
+                if not row.pairs:
+                    raise CompareError(f"--test paired: {setting} and {baseline} share no seed "
+                                       f"({sorted(s for s in row.seeds)} vs {sorted(base_by_seed)})")
+                by_seed = {j.seed: values[j.name] for j in members}
+                row.diff, row.ci_low, row.ci_high, row.p_value = paired_t(
+                    [by_seed[s] for s in row.pairs], [base_by_seed[s] for s in row.pairs], confidence)
+                n_smaller = len(row.pairs)
             if row.p_value is None:
-                row.verdict = "n/a (n=1)" if min(len(vals), len(base_values)) < 2 else "n/a (no spread)"
+                row.verdict = f"n/a (n={n_smaller})" if n_smaller < 2 else "n/a (no spread)"
             else:
                 row.significant = row.p_value < 1 - confidence
                 better = row.diff < 0 if mode == "min" else row.diff > 0
@@ -287,7 +343,7 @@ def compare(sweep_dir: str | Path, by: str | list[str] | None = None, metric: st
     for r in rows:
         if r.n == 1:
             notes.append(f"{r.setting} has a single seed: no spread and no interval")
-    return Comparison(sweep_dir, metric, by, baseline, mode, confidence, rows, groups, notes)
+    return Comparison(sweep_dir, metric, by, baseline, mode, confidence, rows, test, groups, notes)
 
 
 def swept_keys(jobs: list[SweepJob]) -> list[str]:
@@ -354,11 +410,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", default="auto", choices=("auto", "min", "max"),
                     help="min: lower is better; max: higher is better; auto: min for loss/ppl/error/time metrics")
     ap.add_argument("--confidence", type=float, default=0.95, help="of the intervals (default 0.95)")
+    ap.add_argument("--test", default="welch", choices=("welch", "paired"),
+                    help="welch: the settings' seeds as independent samples (default); paired: the jobs of two "
+                         "settings paired by seed, a t-test of the per-seed differences")
     ap.add_argument("--out", type=Path, default=None,
                     help="write OUT.md, OUT.csv and OUT.png (default: <sweep dir>/compare-<by>-<metric>)")
     args = ap.parse_args(argv)
     try:
-        result = compare(args.sweep_dir, args.by, args.metric, args.baseline, args.mode, args.confidence)
+        result = compare(args.sweep_dir, args.by, args.metric, args.baseline, args.mode, args.confidence,
+                         test=args.test)
         written = result.write(args.out or default_out(args.sweep_dir, result.by, args.metric))
     except (CompareError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
