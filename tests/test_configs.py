@@ -69,6 +69,7 @@ def test_block_groups_reach_every_block(norm, ffn, moe, tmp_path):
         assert isinstance(block.ffn, MixtureOfExperts) == (moe == "on")
         if moe == "on":
             assert len(experts) == cfg.moe.num_experts and block.ffn.top_k == cfg.moe.top_k
+            assert block.ffn.balance == cfg.moe.balance == "layer"
         for e in experts:
             assert isinstance(e, FeedForward) and isinstance(e.activation, ACTS[ffn])
             assert (e.gate_proj is not None) == (ffn == "swiglu")

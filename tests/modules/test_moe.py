@@ -201,3 +201,25 @@ def test_moe_losses_helpers():
     torch.testing.assert_close(losses["moe/loss"], a.loss() + b.loss())
     torch.testing.assert_close(losses["moe/load_balance"], (a.aux_loss + b.aux_loss) / 2)
     assert expert_fractions(model).shape == (2, E)
+
+
+def test_pooled_balance_loss_equals_mixtral_over_all_layers():
+    """`moe.balance=pooled` is HF Mixtral's one term over every layer's router logits concatenated (layers that route
+    different numbers of tokens, as an encoder and a decoder do, weigh by their tokens); `layer` sums per layer."""
+    pooled = [make_moe(2, seed=s, balance="pooled") for s in (1, 2, 3)]
+    xs = [torch.randn(n, D) for n in (10, 10, 23)]
+    for m, x in zip(pooled, xs):
+        m(x)
+    model = nn.ModuleList(pooled)
+    logits = torch.cat([m.router(x).float() for m, x in zip(pooled, xs)])
+    balance = mixtral_load_balancing_loss(logits, E, 2)
+    z = sum(0.001 * m.z_loss for m in pooled)
+    torch.testing.assert_close(moe_losses(model)["moe/loss"], 0.01 * balance + z, rtol=1e-6, atol=0)
+    assert moe_losses(model)["moe/loss"] < sum(m.loss() for m in pooled)  # ~1/3 of the push of 3 layers' terms
+    moe_losses(model)["moe/loss"].backward()  # the pooled P_e keeps the router's gradient
+    assert all(m.router.weight.grad.abs().sum() > 0 for m in pooled)
+    pooled[0].aux_loss_coef = 0.02
+    with pytest.raises(ValueError, match="same balance, aux_loss_coef"):
+        moe_losses(model)
+    with pytest.raises(ValueError, match="balance='sum' must be one of layer, pooled"):
+        MixtureOfExperts(D, [build_ffn("relu", D) for _ in range(E)], balance="sum")

@@ -63,6 +63,7 @@ BAD = [
     (["model=causal_lm", "moe=on", "moe.top_k=0"], "moe.top_k=0: must be a positive integer"),
     (["model=causal_lm", "moe=on", "moe.top_k=9"],
      "moe.top_k=9 is more than moe.num_experts=8: each token picks top_k of the experts"),
+    (["model=causal_lm", "moe=on", "moe.balance=sum"], "moe.balance=sum: choose one of layer, pooled"),
     (["model=causal_lm", "ffn.hidden_mult=0"], "ffn.hidden_mult=0: must be a number > 0"),
     (["model=causal_lm", "pos=rotary", "model.net.d_model=66", "model.net.n_heads=6"],
      "pos=rotary needs an even head dimension, but model.net.d_model=66 / model.net.n_heads=6 = 11"),

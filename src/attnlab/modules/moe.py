@@ -13,8 +13,13 @@ Auxiliary losses (kept on the module after each forward; the task adds them to i
   balanced value is k: a uniform router (every P_e = 1/E) gives exactly k, and so do uniform counts with uniform
   mean probabilities; all tokens on the same k experts with probability near 1 gives up to E. (It is not a strict
   lower bound: counts that anti-correlate with the mean probabilities can dip below k.) ``aux_loss_coef`` weights
-  it as Switch's α and Mixtral's ``router_aux_loss_coef`` do. Each layer's weighted term is added to the task loss
-  (summed over layers); ``moe/load_balance`` logs the mean over layers, k when balanced.
+  it as Switch's α and Mixtral's ``router_aux_loss_coef`` do. ``balance="layer"`` (the default, as Switch and
+  ST-MoE): each layer's weighted term is added to the task loss (summed over layers). ``balance="pooled"`` (as HF
+  Mixtral, which concatenates every layer's router logits before computing the loss): one term from the f_e and
+  P_e of all layers' tokens together (each layer weighted by its token count: an encoder's source tokens and a
+  decoder's target tokens may differ in number), so with L layers the same coefficient pushes about L× less than
+  summed per-layer terms. ``moe/load_balance`` logs the mean of the layers' own values
+  either way (k when balanced).
 * router z-loss (ST-MoE): mean over tokens of logsumexp(logits)², keeps the router logits small.
 """
 
@@ -34,17 +39,25 @@ class MixtureOfExperts(nn.Module):
         top_k: int = 2,
         aux_loss_coef: float = 0.01,
         z_loss_coef: float = 0.001,
+        balance: str = "layer",
     ):
         super().__init__()
         if not 1 <= top_k <= len(experts):
             raise ValueError(f"moe top_k={top_k} must be between 1 and the number of experts ({len(experts)})")
+        if balance not in BALANCE:
+            raise ValueError(f"moe balance={balance!r} must be one of {', '.join(BALANCE)}")
         self.experts = nn.ModuleList(experts)
         self.router = nn.Linear(dim, len(experts), bias=False)
         self.top_k, self.aux_loss_coef, self.z_loss_coef = top_k, aux_loss_coef, z_loss_coef
+        self.balance = balance
         # Filled by forward: scalar losses (with grad) and each expert's share of the N·k assignments (no grad).
         self.aux_loss: Tensor | None = None
         self.z_loss: Tensor | None = None
         self.expert_fraction: Tensor | None = None
+        # The two factors of this layer's balance loss, kept for the pooled form: f_e (no grad), P_e (with grad).
+        self.routed: Tensor | None = None
+        self.mean_prob: Tensor | None = None
+        self.n_tokens = 0
 
     @property
     def num_experts(self) -> int:
@@ -83,13 +96,18 @@ class MixtureOfExperts(nn.Module):
         routed = counts.float() / n  # f_e: share of tokens sent to e (sums to k, as Mixtral counts it)
         mean_prob = probs.mean(dim=0)  # P_e
         self.aux_loss = e * (routed * mean_prob).sum()
+        self.routed, self.mean_prob, self.n_tokens = routed, mean_prob, n
         self.z_loss = torch.logsumexp(logits, dim=-1).pow(2).mean()
         self.expert_fraction = routed.detach() / k  # each expert's share of the N·k assignments (sums to 1)
         return y.reshape(shape)
 
     def loss(self) -> Tensor:
-        """The weighted auxiliary term to add to the task loss (after a forward)."""
+        """This layer's weighted auxiliary term to add to the task loss (after a forward), as ``balance="layer"``
+        adds it; :func:`moe_losses` combines the layers for either form."""
         return self.aux_loss_coef * self.aux_loss + self.z_loss_coef * self.z_loss
+
+
+BALANCE = ("layer", "pooled")  # the load-balancing loss per layer, summed (Switch), or over all layers (HF Mixtral)
 
 
 def mixture_of_experts(
@@ -99,10 +117,11 @@ def mixture_of_experts(
     top_k: int = 2,
     aux_loss_coef: float = 0.01,
     z_loss_coef: float = 0.001,
+    balance: str = "layer",
 ) -> MixtureOfExperts:
     """The ``moe=on`` part (conf/moe/on.yaml, ``_partial_: true``): ``num_experts`` experts, each made by
     ``expert()`` (the block builder passes the ``ffn`` group's feed-forward), behind one router."""
-    return MixtureOfExperts(dim, [expert() for _ in range(num_experts)], top_k, aux_loss_coef, z_loss_coef)
+    return MixtureOfExperts(dim, [expert() for _ in range(num_experts)], top_k, aux_loss_coef, z_loss_coef, balance)
 
 
 def moe_layers(model: nn.Module) -> list[MixtureOfExperts]:
@@ -117,8 +136,20 @@ def moe_losses(model: nn.Module) -> dict[str, Tensor]:
     layers = [m for m in moe_layers(model) if m.aux_loss is not None]
     if not layers:
         return {}
+    forms = {(m.balance, m.aux_loss_coef, m.num_experts) for m in layers}
+    if any(m.balance == "pooled" for m in layers):
+        if len(forms) > 1:
+            raise ValueError(f"a pooled balance loss needs the same balance, aux_loss_coef and number of experts in "
+                             f"every MoE layer, got {sorted(forms)}")
+        share = [m.n_tokens / sum(m.n_tokens for m in layers) for m in layers]  # of all layers' tokens
+        routed = sum(w * m.routed for w, m in zip(share, layers))  # f_e over all layers' tokens
+        mean_prob = sum(w * m.mean_prob for w, m in zip(share, layers))  # P_e over all layers' tokens
+        balance = layers[0].num_experts * (routed * mean_prob).sum()
+        loss = layers[0].aux_loss_coef * balance + sum(m.z_loss_coef * m.z_loss for m in layers)
+    else:
+        loss = sum(m.loss() for m in layers)
     return {
-        "moe/loss": sum(m.loss() for m in layers),
+        "moe/loss": loss,
         "moe/load_balance": torch.stack([m.aux_loss for m in layers]).mean(),
         "moe/z_loss": torch.stack([m.z_loss for m in layers]).mean(),
     }

@@ -30,6 +30,7 @@ from ..data.numbers import TARGET_LANGS
 from ..decoding.scheduled_sampling import SCHEDULES
 from ..models.seq2seq_rnn import ATTENTIONS, CELLS
 from ..models.sequence_classifier import ENCODERS
+from ..modules.moe import BALANCE
 from ..modules.parts import PLACEMENTS
 from .config import BLOCK_GROUPS, ConfigError, flatten, used_groups
 
@@ -175,6 +176,7 @@ RULES: list[tuple[str, Check]] = [
     ("moe.top_k", positive_int),
     ("moe.aux_loss_coef", non_negative_number),
     ("moe.z_loss_coef", non_negative_number),
+    ("moe.balance", one_of(BALANCE)),
     ("attn.kv_heads", optional(positive_int)),
     ("attn.window", optional(positive_int)),
 ]
