@@ -26,6 +26,7 @@ COMPARISONS = {
     "P6": "p6_beam",
     "P7": "p7_monitor",
     "P8": "p8_gqa",
+    "P9": "p9_norms",
 }
 
 

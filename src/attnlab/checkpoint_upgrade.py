@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-NORM_LAYERS = {"layernorm": "torch.nn.LayerNorm", "rmsnorm": "torch.nn.RMSNorm",
+NORM_LAYERS = {"layernorm": "torch.nn.LayerNorm", "rmsnorm": "attnlab.modules.norm.RMSNorm",
                "batchnorm": "attnlab.modules.norm.SequenceBatchNorm"}
 ACTIVATIONS = {"relu": "torch.nn.ReLU", "gelu": "torch.nn.GELU", "swiglu": "torch.nn.SiLU"}
 POSITIONS = {"learned": "attnlab.modules.positional.LearnedPositions",

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from attnlab.modules.norm import RMSNorm
 from attnlab.modules.parts import PartError, load_part, resolve_norm
 
 
@@ -27,7 +28,7 @@ def test_layernorm_type_and_params():
 
 def test_rmsnorm_type_and_params():
     m = build_norm("rms", 24, eps=1e-6)
-    assert type(m) is nn.RMSNorm
+    assert type(m) is RMSNorm and isinstance(m, nn.RMSNorm)
     assert n_params(m) == 24
     assert m.eps == 1e-6
 
@@ -55,3 +56,40 @@ def test_layernorm_output_is_centered():
 def test_unknown_norm_option():
     with pytest.raises(PartError, match="no norm option 'groupnorm'; choose one of batch, post, pre, rms"):
         build_norm("groupnorm", 8)
+
+
+@pytest.mark.parametrize("shape, eps", [((3, 7, 24), 1e-5), ((64, 128), None), ((2, 4, 5, 16), 1e-6)])
+def test_rmsnorm_fast_path_matches_torch(shape, eps):
+    """The CPU fast path of `norm=rms` gives torch.nn.RMSNorm's output and gradients (input and gain)."""
+    torch.manual_seed(0)
+    ours, ref = RMSNorm(shape[-1], eps=eps), nn.RMSNorm(shape[-1], eps=eps)
+    with torch.no_grad():
+        ours.weight.normal_()
+        ref.weight.copy_(ours.weight)
+    assert ours._fast_path(torch.randn(shape))
+    x = (3 * torch.randn(shape) + 0.5).requires_grad_()
+    x_ref = x.detach().clone().requires_grad_()
+    upstream = torch.randn(shape)
+    y, y_ref = ours(x), ref(x_ref)
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-6)
+    y.backward(upstream)
+    y_ref.backward(upstream)
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(ours.weight.grad, ref.weight.grad, rtol=1e-4, atol=1e-4)
+    with torch.no_grad():  # the inference branch (no autograd)
+        torch.testing.assert_close(ours(x), ref(x), rtol=1e-5, atol=1e-6)
+    assert ours.state_dict().keys() == ref.state_dict().keys()
+
+
+def test_rmsnorm_fast_path_gradcheck_and_fallbacks():
+    torch.manual_seed(0)
+    m = RMSNorm(6, eps=1e-5).double()
+    with torch.no_grad():
+        m.weight.normal_()
+    x = torch.randn(2, 3, 6, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: RMSNorm.forward(m, x), (x, m.weight))
+    # torch's own forward where the fast path does not apply: bf16, autocast, no gain
+    assert not m.float()._fast_path(torch.randn(3, 6, dtype=torch.bfloat16))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not m._fast_path(torch.randn(3, 6))
+    assert not RMSNorm(6, elementwise_affine=False)._fast_path(torch.randn(3, 6))

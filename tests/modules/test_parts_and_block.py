@@ -13,6 +13,7 @@ from attnlab.modules.attention import KVCache, MultiHeadAttention
 from attnlab.modules.block import DecoderBlock, DecoderCache, EncoderBlock
 from attnlab.modules.feedforward import FeedForward
 from attnlab.modules.moe import MixtureOfExperts
+from attnlab.modules.norm import RMSNorm
 from attnlab.modules.parts import BlockParts, Norm, PartError, load_part, resolve_norm, resolve_part
 from attnlab.modules.positional import RotaryEmbedding
 from attnlab.modules.stack import TransformerStack, build_layer, build_stack
@@ -53,7 +54,7 @@ def test_code_defaults_are_the_default_config_groups():
 
 def test_parts_from_config_mappings_and_built_objects():
     norm = resolve_norm(load_part("norm", "rms", layer={"eps": 1e-6}))
-    assert norm.placement == "pre" and type(norm.layer(D)) is nn.RMSNorm and norm.layer(D).eps == 1e-6
+    assert norm.placement == "pre" and type(norm.layer(D)) is RMSNorm and norm.layer(D).eps == 1e-6
     assert resolve_norm(norm) is norm and resolve_norm(None).placement == "pre"
     ffn = resolve_part("ffn", functools.partial(FeedForward, gated=True), None)
     assert ffn(dim=D).gate_proj is not None
@@ -85,7 +86,7 @@ def test_a_norm_placement_must_be_known():
 
 # --------------------------------------------------------------------------- build_layer grid
 
-NORM_TYPES = {"pre": nn.LayerNorm, "post": nn.LayerNorm, "rms": nn.RMSNorm}
+NORM_TYPES = {"pre": nn.LayerNorm, "post": nn.LayerNorm, "rms": RMSNorm}
 ACT_TYPES = {"relu": nn.ReLU, "gelu": nn.GELU, "swiglu": nn.SiLU}
 
 
@@ -231,7 +232,7 @@ def test_decoder_cache_reorder():
 # --------------------------------------------------------------------------- stacks and final norm
 
 
-@pytest.mark.parametrize("norm, expected", [("pre", nn.LayerNorm), ("rms", nn.RMSNorm), ("post", nn.Identity)])
+@pytest.mark.parametrize("norm, expected", [("pre", nn.LayerNorm), ("rms", RMSNorm), ("post", nn.Identity)])
 def test_stack_final_norm_follows_the_placement(norm, expected):
     stack = build_stack(2, D, H, parts(norm))
     assert type(stack) is TransformerStack and len(stack) == 2

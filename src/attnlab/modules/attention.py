@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..utils.config import ConfigError
+from .norm import RMSNorm
 from .positional import AttentionPositions
 
 
@@ -220,7 +221,7 @@ class MultiHeadAttention(nn.Module):
             self.qkv_proj = nn.Linear(d_model, d_model + 2 * kv_width, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         if qk_norm:
-            self.q_norm, self.k_norm = nn.RMSNorm(self.head_dim), nn.RMSNorm(self.head_dim)
+            self.q_norm, self.k_norm = RMSNorm(self.head_dim), RMSNorm(self.head_dim)
         self.qk_norm = qk_norm
         self.dropout = dropout
         self.scale = 1.0 / math.sqrt(self.head_dim) if scaled else 1.0

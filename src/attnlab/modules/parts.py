@@ -11,7 +11,7 @@ every layer of every model. The builders finish the calls with the sizes:
     attn   <attention, partial>                                     attn(d_model, n_heads, dropout=, bias=, ...)
     pos    <positions, partial>                                     pos(max_len=, d_model=, n_heads=[, grid=])
 
-A new variant is a class (or none, when torch has it: ``torch.nn.RMSNorm``) and one YAML file; nothing here
+A new variant is a class (or none, when torch has it: ``torch.nn.LayerNorm``) and one YAML file; nothing here
 changes. :func:`resolve` accepts a part as Hydra built it, as a config mapping (models built in Python, notebooks),
 or None (the defaults below, which are what ``conf/train.yaml`` picks).
 """
