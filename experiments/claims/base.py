@@ -82,6 +82,9 @@ class Claim:
     analyze: Callable[["Context"], "Result"]
     # appended to every train.py command with --quick (tiny models for the tests), besides the runner's limits
     quick: list[str] = field(default_factory=list)
+    # appended under --quick to the commands other than train.py (a bench), when they need other flags than those
+    # train.py gets; None: ``quick`` goes to every command
+    quick_other: list[str] | None = None
     # other claims whose runs this one's analysis reads (ctx.other(id)); the runner runs them first if missing
     uses: tuple[str, ...] = ()
     minutes: float = 5.0  # expected wall time on 2 CPU cores, all commands together

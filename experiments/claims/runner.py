@@ -68,7 +68,8 @@ def run_claim(claim: Claim, out: Path, docs: Path | None, quick: bool = False, a
         env = {**os.environ, "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0"}
         for i, command in enumerate(commands):
             is_train = command.split()[1:2] == ["train.py"]
-            extra = (QUICK_LIMITS + claim.quick if is_train else claim.quick) if quick else []
+            other = claim.quick if claim.quick_other is None else claim.quick_other
+            extra = (QUICK_LIMITS + claim.quick if is_train else other) if quick else []
             argv = command_argv(command, claim_dir / str(i), extra)
             (claim_dir / str(i)).mkdir(exist_ok=True)
             log(f"[{claim.id}] {command}{' (quick)' if quick else ''}")

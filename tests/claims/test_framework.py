@@ -125,7 +125,11 @@ def test_quick_claim_end_to_end(quick_e9, tmp_path):
     assert all(r["median step ms"] > 0 and r["val loss"] > 0 for r in record["rows"])
     assert (out / "E9" / record["figure"]).stat().st_size > 5_000
     # E9 has 3 seeds per setting; --quick runs 2: four jobs, and the RMSNorm row's interval over them
-    assert record["seeds"] == 2 and record["commands"] == ["python train.py -m experiment=e09_rmsnorm norm=pre,rms seed=0,1"]
+    assert record["seeds"] == 2 and record["commands"] == [
+        "python train.py -m experiment=e09_rmsnorm norm=pre,rms seed=0,1",
+        "python -m bench --only P9 --clock cpu --json {dir}/bench.json --markdown {dir}/bench.md"]
+    # the norm layers timed by bench P9 (--quick: one small shape, eager only, which then decides "cheaper")
+    assert all(r["norm ms, 512x32/eager"] > 0 for r in record["rows"]) and "512x32/eager" in record["evidence"]
     losses = {}
     for job in ("0", "1", "2", "3"):
         run = out / "E9" / "0" / job
