@@ -1,11 +1,13 @@
 import pickle
+import tarfile
 
 import numpy as np
 import pytest
 import torch
 from vision_helpers import CLASSES, write_tiny_cifar
 
-from attnlab.data.cifar10 import CIFAR10DataModule, CIFAR10FormatError, load_cifar10, read_batch
+from attnlab.data.cifar10 import (CIFAR10DataModule, CIFAR10DownloadError, CIFAR10FormatError, download_cifar10,
+                                 load_cifar10, read_batch)
 from attnlab.data.digits import DigitsDataModule
 from attnlab.data.images import RandomCrop, RandomHorizontalFlip, RepeatedDataset, stratified_split
 from attnlab.data.errors import ConfigError, DataFileNotFoundError
@@ -123,6 +125,22 @@ def test_cifar_missing_folder_and_file(tmp_path):
         load_cifar10(tmp_path / "cifar")
     with pytest.raises(DataFileNotFoundError, match=r"CIFAR-10 folder is a file, not a folder: .*batches\.meta"):
         load_cifar10(tmp_path / "cifar" / "batches.meta")  # data.path one level too deep
+
+
+def test_cifar_download_from_a_url(tmp_path):
+    """data.download=true: the archive's cifar-10-batches-py becomes data.path (a file:// URL stands in for the
+    official one); a URL that cannot be read or a corrupt archive is a one-line UserError, not urllib's traceback."""
+    write_tiny_cifar(tmp_path / "src" / "cifar-10-batches-py")
+    with tarfile.open(tmp_path / "cifar-10-python.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "src" / "cifar-10-batches-py", arcname="cifar-10-batches-py")
+    url = (tmp_path / "cifar-10-python.tar.gz").as_uri()
+    assert load_cifar10(download_cifar10(tmp_path / "data" / "cifar", url=url, md5=None))["train"][0].shape[0] == 100
+    missing = (tmp_path / "nowhere.tar.gz").as_uri()
+    with pytest.raises(CIFAR10DownloadError, match=r"download from file://.*nowhere\.tar\.gz failed .*by hand"):
+        download_cifar10(tmp_path / "other", url=missing)
+    with pytest.raises(CIFAR10DownloadError, match=r"is corrupt: MD5 [0-9a-f]{32}, expected 0{32}"):
+        download_cifar10(tmp_path / "other", url=url, md5="0" * 32)
+    assert issubclass(CIFAR10DownloadError, UserError) and not (tmp_path / "other").exists()
 
 
 def test_cifar_errors_are_user_errors():

@@ -19,6 +19,7 @@ import pickle
 import shutil
 import tarfile
 import tempfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -45,6 +46,11 @@ _ALLOWED_GLOBALS = {
 
 class CIFAR10FormatError(DataError):
     """A CIFAR-10 batch file that is not what the format says."""
+
+
+class CIFAR10DownloadError(DataError):
+    """``data.download=true`` could not fetch or unpack the archive (no network, a corrupt copy): one line, exit 2,
+    instead of urllib's traceback; the user can fetch it by hand."""
 
 
 class _ArrayUnpickler(pickle.Unpickler):
@@ -142,12 +148,18 @@ def download_cifar10(folder: str | Path, url: str = CIFAR10_URL, md5: str | None
     folder.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
         archive = Path(tmp) / "cifar-10-python.tar.gz"
-        with urllib.request.urlopen(url) as response, open(archive, "wb") as f:
-            shutil.copyfileobj(response, f)
+        by_hand = "download it by hand, extract it and set data.path to its cifar-10-batches-py folder"
+        try:  # a timeout, so that a network that drops packets fails instead of hanging
+            with urllib.request.urlopen(url, timeout=60) as response, open(archive, "wb") as f:
+                shutil.copyfileobj(response, f)
+        except OSError as e:  # urllib.error.URLError (no network, no such file) is an OSError
+            reason = e.reason if isinstance(e, urllib.error.URLError) else (e.strerror or e)
+            raise CIFAR10DownloadError(f"CIFAR-10 download from {url} failed ({reason}); {by_hand}") from None
         if md5 is not None:
             digest = hashlib.md5(archive.read_bytes()).hexdigest()
             if digest != md5:
-                raise OSError(f"CIFAR-10 download from {url} is corrupt: MD5 {digest}, expected {md5}")
+                raise CIFAR10DownloadError(f"CIFAR-10 download from {url} is corrupt: MD5 {digest}, expected {md5}; "
+                                           f"{by_hand}")
         with tarfile.open(archive, "r:gz") as tar:
             if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12 / 3.11.4: no paths outside tmp, no devices
                 tar.extractall(tmp, filter="data")
@@ -155,7 +167,7 @@ def download_cifar10(folder: str | Path, url: str = CIFAR10_URL, md5: str | None
                 tar.extractall(tmp)
         extracted = Path(tmp) / "cifar-10-batches-py"
         if not extracted.is_dir():
-            raise OSError(f"the archive from {url} has no cifar-10-batches-py folder")
+            raise CIFAR10DownloadError(f"the archive from {url} has no cifar-10-batches-py folder")
         if folder.exists():
             shutil.rmtree(folder)
         shutil.move(str(extracted), folder)
