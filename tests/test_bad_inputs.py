@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from helpers import run_cli
 
 from attnlab.data.ljspeech import write_ljspeech
@@ -86,6 +87,9 @@ CASES = [
      "model.optimizer.lr=-1: must be a number > 0", []),
     ("image-size-mismatch", ["model=vit", "data.image_size=16", "model.net.image_size=8"],
      "model.net.image_size=8 but data.image_size=16", ["set both alike"]),
+    # a trainer for a machine this is not (Lightning's own answer is a 4-line instantiate traceback)
+    ("ddp-without-gpu", ["model=causal_lm", "trainer=ddp"],
+     "trainer.accelerator=gpu but this machine has no CUDA GPU", ["trainer=ddp_cpu"]),
 ]
 
 
@@ -95,7 +99,8 @@ SLOW = {"tsv-empty", "tsv-folder", "text-empty", "cifar-file-not-folder", "cifar
 
 
 @pytest.mark.parametrize("args,message,names", [
-    pytest.param(*c[1:], id=c[0], marks=pytest.mark.slow if c[0] in SLOW else ()) for c in CASES])
+    pytest.param(*c[1:], id=c[0], marks=pytest.mark.slow if c[0] in SLOW else pytest.mark.skipif(
+        c[0] == "ddp-without-gpu" and torch.cuda.is_available(), reason="this machine has a GPU")) for c in CASES])
 def test_bad_input_is_one_line_and_exit_2(args, message, names, bad, tmp_path, cache_dir, monkeypatch):
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)  # it would show the traceback on purpose
     fill = lambda s: s.replace("{bad}", str(bad))  # noqa: E731

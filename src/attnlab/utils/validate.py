@@ -228,6 +228,18 @@ def _bidirectional_gru(flat: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _gpu_present(flat: Mapping[str, Any]) -> str | None:
+    """trainer=gpu/ddp/fsdp on a machine without CUDA: Lightning's answer is a 4-line instantiate traceback."""
+    accelerator = flat.get("trainer.accelerator")
+    if accelerator in ("gpu", "cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            return (f"trainer.accelerator={accelerator} but this machine has no CUDA GPU (torch.cuda.is_available() "
+                    f"is False): use trainer=cpu, or trainer=ddp_cpu for DDP with 2 processes on CPU")
+    return None
+
+
 def _rotary_head_dim(flat: Mapping[str, Any]) -> str | None:
     d, h = flat.get("model.net.d_model"), flat.get("model.net.n_heads")
     if str(flat.get("pos._target_", "")).endswith("RotaryPositions") and _is_int(d) and _is_int(h) and h > 0 and d % h == 0 and (d // h) % 2:
@@ -267,6 +279,7 @@ RELATIONS: list[Callable[[Mapping[str, Any]], str | None]] = [
     _bpe_vocab,
     _bidirectional_gru,
     _rotary_head_dim,
+    _gpu_present,
 ]
 
 
