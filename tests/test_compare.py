@@ -171,3 +171,71 @@ def test_paired_compare_matches_scipy_ttest_rel(sweep, tmp_path, capsys):
     result = compare(small, "norm", test="paired")
     assert result.row("rms").pairs == [0] and result.row("rms").verdict == "n/a (n=1)"
     assert "rms: seeds [1] are not in both rms and pre; the paired test leaves them out" in result.notes
+
+
+def test_damaged_job_files_and_out_paths_are_one_line(sweep, tmp_path, capsys):
+    """A job file damaged by hand or by a kill (corrupt JSON/YAML, a metric that is not a number, no .hydra, a CSV
+    that is not UTF-8) is one line naming it, never a traceback nor a silent wrong table (a `true` read as 1.0,
+    settings pooled as one); --out a folder writes inside it, --out under a file is one line."""
+    damaged = tmp_path / "sweep"
+    for job in "0123":
+        shutil.copytree(sweep / job, damaged / job, ignore=shutil.ignore_patterns("wandb", "checkpoints"))
+    metrics = damaged / "1" / "metrics.json"
+    good = metrics.read_text()
+    overrides = damaged / "1" / ".hydra" / "overrides.yaml"
+    (csv_file,) = (damaged / "1").glob("csv/version_*/metrics.csv")
+
+    def error(*argv) -> str:
+        assert main([str(damaged), "--by", "norm", "--out", str(tmp_path / "cmp"), *argv]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        return line
+
+    metrics.write_text('{"val/loss": 6.1,')  # cut short
+    assert error().startswith(f"error: {metrics}: not valid JSON object of metrics (")
+    for value, shown in (("true", "true"), ('"abc"', '"abc"'), ("null", "null")):
+        metrics.write_text(good.replace(f'"val/loss": {json.loads(good)["val/loss"]}', f'"val/loss": {value}'))
+        assert error() == f"error: {metrics}: val/loss is {shown}, not a number"
+    metrics.write_text(good)
+    good_overrides = overrides.read_text()
+    overrides.write_text("- [unclosed\n")
+    assert error().startswith(f"error: {overrides}: not valid YAML list of overrides")
+    overrides.unlink()  # settings unknown: not pooled with the others
+    assert "job(s) 1 of" in error() and "no .hydra/overrides.yaml" in error()
+    overrides.write_text(good_overrides)
+    good_csv = csv_file.read_bytes()
+    csv_file.write_bytes(b"\xff\xfe" + good_csv)  # the curves are read for the figure
+    assert error().startswith(f"error: {csv_file}: not a readable CSV of metrics")
+    csv_file.write_bytes(good_csv)
+    assert not (tmp_path / "cmp.md").exists()
+    # --out: a folder gets the default names inside it; a path under a file is one line
+    (tmp_path / "folder").mkdir()
+    assert main([str(damaged), "--by", "norm", "--out", str(tmp_path / "folder")]) == 0
+    assert (tmp_path / "folder" / "compare-norm-val_loss.md").is_file()
+    (tmp_path / "a_file").write_text("keep\n")
+    assert main([str(damaged), "--out", str(tmp_path / "a_file" / "cmp")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: cannot write the comparison to {tmp_path / 'a_file' / 'cmp'}")
+    assert (tmp_path / "a_file").read_text() == "keep\n"
+    # the note on pooled jobs names the keys that differ (norm), not every key of the command line
+    notes = compare(damaged, "seed").notes
+    assert "the jobs of 0 differ in more than the seed (norm); they are pooled: add those keys to --by to " \
+           "separate them" in notes
+
+
+def test_workspace_leaves_out_a_run_whose_log_holds_nothing(sweep, tmp_path, capsys):
+    """An empty (or cut short) offline W&B log reads as a run without id, config or keys: it is left out with a
+    note instead of changing the grouping keys and filtering on an empty id; --out in a new folder is created."""
+    pytest.importorskip("wandb_workspaces", reason="the wandb-workspaces extra (in dev) is not installed")
+    from attnlab.workspace import main as workspace
+
+    copy = tmp_path / "sweep"
+    for job in "012":
+        shutil.copytree(sweep / job, copy / job, ignore=shutil.ignore_patterns("checkpoints", "csv"))
+    (log,) = (copy / "1").glob("wandb/offline-run-*/run-*.wandb")
+    log.write_bytes(b"")
+    out = tmp_path / "new" / "folder" / "ws.json"
+    assert workspace([str(copy), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "2 run(s), 2 setting(s); grouped by: norm -> norm.layer._target_" in printed
+    assert f"note: {copy / '1'} has no readable W&B run (left out)" in printed
+    view = json.loads(out.read_text())
+    assert "" not in view["spec"]["section"]["runSets"][0]["filters"]["filters"][0]["value"]

@@ -134,7 +134,10 @@ def test_generate_cli_refuses_bad_options_in_one_line(trained_ckpt, cache_dir, t
     for bad, words in [("top_p=1.5", "top_p=1.5"), ("num_samples=0", "num_samples=0 is not allowed: an integer >= 1"),
                        ("max_new_tokens=0", "max_new_tokens=0"), ("temperature=-1", "temperature=-1"),
                        ("top_k=-1", "top_k=-1 is not allowed: an integer >= 1, or 0 / null"),
-                       ("num_samples=two", "num_samples='two'")]:
+                       ("num_samples=two", "num_samples='two'"),
+                       # logits / 1e-300 overflowed into NaN probabilities; a 20-digit seed overflowed the generator
+                       ("temperature=1e-300", "0 (greedy) or a number from 1e-6 to 1e6"),
+                       ("seed=100000000000000000000", "seed=100000000000000000000 is not allowed")]:
         with pytest.raises(OptionError, match=re.escape(words)):
             check_options(compose_cli("generate", ["ckpt=x.ckpt", bad]))
     for fine in ("top_p=1", "top_p=null", "top_k=0", "top_k=null", "temperature=0"):

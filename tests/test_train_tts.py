@@ -180,7 +180,12 @@ def test_synthesize_cli_refuses_bad_options_in_one_line(cache_dir, tmp_path):
     _one_line_error(run_synthesize("ckpt=x.ckpt", "text=one", "griffin_lim_iters=0", f"hydra.run.dir={tmp_path}",
                                    cache_dir=cache_dir), "griffin_lim_iters=0 is not allowed: an integer >= 1")
     for bad, words in [("max_frames_per_char=0", "max_frames_per_char=0"), ("piece_silence=-1", "piece_silence=-1"),
-                       ("text=' '", "text=' ' is not allowed"), ("input_errors=x", "input_errors='x'")]:
+                       ("text=' '", "text=' ' is not allowed"), ("input_errors=x", "input_errors='x'"),
+                       # inf reached a tensor size (a traceback), a 20-digit seed the generator (an overflow)
+                       ("max_frames_per_char=inf", "max_frames_per_char=inf"), ("seed=100000000000000000000", "seed="),
+                       # a file where the folder goes: refused before the model is loaded, the file kept
+                       (f"out_dir={Path(__file__)}", "is a file; give the path of a folder"),
+                       (f"out_dir={Path(__file__)}/x", f"cannot be created: {Path(__file__)} is a file")]:
         with pytest.raises(OptionError, match=re.escape(words)):
             check_options(compose_cli("synthesize", ["ckpt=x.ckpt", "text=one", bad]))
     with pytest.raises(OptionError, match=re.escape("text= is required")):

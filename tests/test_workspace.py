@@ -136,3 +136,21 @@ def test_norm_by_seed_sweep_workspace_and_leet(tmp_path, cache_dir):
     review_text = view["spec"]["section"]["panelBankConfig"]["sections"][0]["panels"][0]["config"]["value"]
     assert "| norm=pre | 2 |" in review_text and "| norm=rms | 2 |" in review_text
     check_leet_opens(sweep / "0")
+
+
+def test_a_damaged_overrides_file_or_an_unwritable_out_is_one_line(tmp_path, capsys):
+    """Both fail before any W&B log is read: one line naming the file, no traceback, nothing written."""
+    hydra = tmp_path / "sweep" / "0" / ".hydra"
+    hydra.mkdir(parents=True)
+    (hydra / "overrides.yaml").write_text("- [unclosed\n")
+    assert main([str(tmp_path / "sweep")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {hydra / 'overrides.yaml'}: not valid YAML list of overrides"), err
+    (hydra / "overrides.yaml").write_text("norm: rms\n")  # a mapping, not Hydra's list: not read as keys
+    assert main([str(tmp_path / "sweep")]) == 2
+    assert "holds a dict, not the YAML list of overrides" in capsys.readouterr().err
+    (tmp_path / "a_file").write_text("keep\n")
+    assert main([str(tmp_path / "sweep"), "--out", str(tmp_path / "a_file" / "ws.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is a file, not a folder" in err, err
+    assert (tmp_path / "a_file").read_text() == "keep\n"

@@ -46,9 +46,12 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quick:
             print(write_report(args.docs))
         return 0
-    except (ValueError, ClaimRunError, FileNotFoundError, LookupError, KeyError, RuntimeError) as e:
+    except (ClaimRunError, RuntimeError) as e:  # a run or its analysis failed
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except (ValueError, LookupError, OSError) as e:  # a bad id, a damaged or missing file, a folder not writable
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

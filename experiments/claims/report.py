@@ -40,9 +40,30 @@ def table(rows: list[dict]) -> list[str]:
     return lines
 
 
+# what render() reads of every docs/results/<id>.json (run_claim writes them all)
+RESULT_KEYS = ("title", "verdict", "headline", "statement", "commands", "rows", "figure", "evidence", "machine", "date")
+
+
+class ResultFileError(ValueError):
+    """A docs/results/<id>.json that is not a claim's result; the message names the file."""
+
+
+def read_result(path: Path) -> dict:
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ResultFileError(f"{path}: not valid JSON ({e}); rerun the claim to rewrite it") from None
+    if not isinstance(result, dict):
+        raise ResultFileError(f"{path}: holds a {type(result).__name__}, not a claim's result (a JSON object)")
+    missing = [k for k in RESULT_KEYS if k not in result]
+    if missing:
+        raise ResultFileError(f"{path}: not a claim's result (no {', '.join(missing)}); rerun the claim")
+    return result
+
+
 def render(docs: Path) -> str:
     claims = all_claims()
-    results = {p.stem: json.loads(p.read_text()) for p in sorted((docs / "results").glob("E*.json"))}
+    results = {p.stem: read_result(p) for p in sorted((docs / "results").glob("E*.json"))}
     total = sum(c.minutes for c in claims.values())
     lines = [HEADER.format(total=total, cli=CLI), "## Summary", "",
              "| claim | experiment | verdict | headline |", "|---|---|---|---|"]

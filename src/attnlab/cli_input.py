@@ -59,6 +59,42 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value  # not NaN
 
 
+def is_seed(value: Any) -> bool:
+    """An integer ``torch.Generator.manual_seed`` takes (a larger one overflowed into a traceback)."""
+    return is_int(value) and -(1 << 63) <= value < (1 << 64)
+
+
+class OutputError(UserError, OSError):
+    """An output path the entry point cannot write (a file where a folder must be, a read-only disk)."""
+
+
+def check_output(key: str, path: str | Path | None, folder: bool = False) -> Path | None:
+    """``path`` as a Path when it can be written (an output file, or a ``folder`` of outputs), checked before any
+    work so that a long run does not end in a traceback: what exists there must be of the right kind, and the
+    nearest existing folder above it must be a folder. None when not given."""
+    if path is None or str(path) == "":
+        return None
+    p = Path(str(path)).expanduser()
+    if p.exists() and p.is_dir() != folder:
+        raise OptionError(f"{key}={p} is a {'folder' if p.is_dir() else 'file'}; give the path of a "
+                          f"{'folder' if folder else 'file'}")
+    above = p.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise OptionError(f"{key}={p} cannot be created: {above} is a file, not a folder")
+    return p
+
+
+def write_output(key: str, path: Path, write: Callable[[Path], Any]) -> Any:
+    """``write(path)`` after creating its folder; an OSError (disk full, read-only) as one line naming it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return write(path)
+    except OSError as e:
+        raise OutputError(f"cannot write {key}={path}: {e.strerror or e}") from None
+
+
 def read_lines(source: str | Path | None, input_errors: str = "strict") -> tuple[list[str], str]:
     """The lines of ``source`` (a file) or of stdin when it is None, and a name for messages ("stdin" or the path).
 

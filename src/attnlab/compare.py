@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UserError
+from .errors import UserError, one_line_message
 from .sweep_jobs import SweepJob, sweep_jobs
 from .utils.sweep import override_key, setting_overrides
 
@@ -193,11 +193,12 @@ class Comparison:
         base = out.with_suffix("") if out.suffix in (".md", ".csv", ".png") else out
         base.parent.mkdir(parents=True, exist_ok=True)
         md, table = base.with_name(base.name + ".md"), base.with_name(base.name + ".csv")
+        fig = self.plot()  # first: it reads every job's curves, and a damaged one must stop before any file is written
         md.write_text(self.to_markdown())
         self.to_csv(table)
         written = [md, table]
-        fig = self.plot(base.with_name(base.name + ".png"))
         if fig is not None:
+            fig.savefig(base.with_name(base.name + ".png"), dpi=90)
             plt.close(fig)
             written.append(base.with_name(base.name + ".png"))
         return written
@@ -264,6 +265,10 @@ def compare(sweep_dir: str | Path, by: str | list[str] | None = None, metric: st
             notes.append(f"job {j.name} left out: it did not finish ({j.why_unfinished()})")
     if not finished:
         raise CompareError(f"no finished job under {sweep_dir} (no <job>/metrics.json; {len(jobs)} job folders)")
+    blind = [j.name for j in finished if not (j.dir / ".hydra" / "overrides.yaml").is_file()]
+    if blind:  # without its overrides a job's setting and seed are unknown: pooling it would mix settings
+        raise CompareError(f"job(s) {', '.join(blind)} of {sweep_dir} have no .hydra/overrides.yaml: their setting "
+                           f"and seed are unknown (move them out of the sweep folder to compare the others)")
     values = {j.name: j.final_value(metric) for j in finished}
     if all(v is None for v in values.values()):
         available = sorted({k for j in finished for k in j.final} | {k for j in finished for k in j.history.keys()})
@@ -289,8 +294,9 @@ def compare(sweep_dir: str | Path, by: str | list[str] | None = None, metric: st
         groups.setdefault(_setting(j, by, measured), []).append(j)
     for setting, members in groups.items():
         rest = {tuple(o for o in setting_overrides(j.override_list) if override_key(o) not in by) for j in members}
-        if len(rest) > 1:
-            differ = sorted({override_key(o) for r in rest for o in r} - set.intersection(*map(set, rest)))
+        if len(rest) > 1:  # the keys whose override is not the same in every job of the setting
+            common = set.intersection(*map(set, rest))
+            differ = sorted({override_key(o) for r in rest for o in r if o not in common})
             notes.append(f"the jobs of {setting} differ in more than the seed ({', '.join(differ) or '?'}); "
                          f"they are pooled: add those keys to --by to separate them")
         seeds = [j.seed for j in members]
@@ -414,14 +420,22 @@ def main(argv: list[str] | None = None) -> int:
                     help="welch: the settings' seeds as independent samples (default); paired: the jobs of two "
                          "settings paired by seed, a t-test of the per-seed differences")
     ap.add_argument("--out", type=Path, default=None,
-                    help="write OUT.md, OUT.csv and OUT.png (default: <sweep dir>/compare-<by>-<metric>)")
+                    help="write OUT.md, OUT.csv and OUT.png (default: <sweep dir>/compare-<by>-<metric>); a folder: "
+                         "those files inside it")
     args = ap.parse_args(argv)
     try:
         result = compare(args.sweep_dir, args.by, args.metric, args.baseline, args.mode, args.confidence,
                          test=args.test)
-        written = result.write(args.out or default_out(args.sweep_dir, result.by, args.metric))
-    except (CompareError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        out = args.out or default_out(args.sweep_dir, result.by, args.metric)
+        if out.is_dir():  # --out <folder>: the files go inside it, under their default name
+            out = out / default_out(args.sweep_dir, result.by, args.metric).name
+        try:
+            written = result.write(out)
+        except OSError as e:
+            raise CompareError(f"cannot write the comparison to {out}: {e.strerror or e} "
+                               f"({e.filename or out}); give --out a writable path") from None
+    except UserError as e:  # CompareError, a damaged job file (SweepJobError, RunHistoryError)
+        print(f"error: {one_line_message(e)}", file=sys.stderr)
         return 2
     result.print()
     print("written: " + ", ".join(str(p) for p in written))

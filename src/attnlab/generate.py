@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 from .checkpoints import load_task as load_checkpoint
-from .cli_input import OptionError, check, is_int, is_number
+from .cli_input import OptionError, check, is_int, is_number, is_seed
 from .data.tokenizer import BPETokenizer
 from .errors import one_line_errors
 from .paths import CONF_DIR
@@ -62,13 +62,15 @@ def check_options(cfg: DictConfig) -> None:
           "text (quote it: prompt='\"The for statement\"')")
     check(cfg, "num_samples", lambda v: is_int(v) and v >= 1, "an integer >= 1")
     check(cfg, "max_new_tokens", lambda v: is_int(v) and v >= 1, "an integer >= 1")
-    check(cfg, "temperature", lambda v: is_number(v) and v >= 0, "a number >= 0 (0 = greedy)")
+    # logits / temperature overflows float32 below ~1e-30 (NaN probabilities); 1e-6 already samples the argmax
+    check(cfg, "temperature", lambda v: is_number(v) and (v == 0 or 1e-6 <= v <= 1e6),
+          "0 (greedy) or a number from 1e-6 to 1e6")
     check(cfg, "top_k", lambda v: v is None or (is_int(v) and v >= 0),
           "an integer >= 1, or 0 / null for no top-k filter")
     check(cfg, "top_p", lambda v: v is None or (is_number(v) and 0 < v <= 1),
           "a number in (0, 1], or 1 / null for no nucleus filter")
     check(cfg, "use_cache", lambda v: isinstance(v, bool), "true or false")
-    check(cfg, "seed", is_int, "an integer")
+    check(cfg, "seed", is_seed, "an integer from -2**63 to 2**64 - 1")
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="generate")

@@ -23,6 +23,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import UserError, one_line_message
+
+
+class RunHistoryError(UserError, ValueError):
+    """A run's logged metrics file that cannot be read (not UTF-8, not CSV)."""
+
 
 @dataclass
 class History:
@@ -59,11 +65,15 @@ def read_csv_history(run_dir: Path) -> History:
     files = sorted(Path(run_dir).glob("csv/version_*/metrics.csv"), key=_version)
     rows = []
     for path in files:
-        with open(path, newline="") as f:
-            for raw in csv.DictReader(f):
-                row = {k: v for k, v in ((k, _number(v)) for k, v in raw.items() if v not in (None, "")) if v is not None}
-                if len(row) > 1 and "step" in row:
-                    rows.append(row)
+        try:
+            with open(path, newline="", encoding="utf-8") as f:
+                for raw in csv.DictReader(f):
+                    row = {k: v for k, v in ((k, _number(v)) for k, v in raw.items() if v not in (None, "") and k)
+                           if v is not None}
+                    if len(row) > 1 and "step" in row:
+                        rows.append(row)
+        except (UnicodeDecodeError, csv.Error) as e:  # a damaged file: one line naming it, not a traceback
+            raise RunHistoryError(f"{path}: not a readable CSV of metrics ({one_line_message(e)})") from None
     return History(rows, ", ".join(str(p) for p in files))
 
 

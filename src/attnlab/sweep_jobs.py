@@ -14,8 +14,25 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from .run_history import History, final_metrics, read_history
+from .errors import UserError, one_line_message
+from .run_history import History, read_history
 from .utils.sweep import SEED_KEY, STATUS_FILE
+
+
+class SweepJobError(UserError, ValueError):
+    """A job folder's file that cannot be read (corrupt YAML or JSON, a value of the wrong type): one line naming
+    it, so that a comparison never stops on a traceback nor reads a damaged file as something else."""
+
+
+def _load(path: Path, what: str, parse, kind: type):
+    """``parse(text)`` of ``path``, which must give a ``kind``; a SweepJobError naming the file otherwise."""
+    try:
+        value = parse(path.read_text(encoding="utf-8"))
+    except Exception as e:  # YAML, JSON or UTF-8 errors of a damaged file
+        raise SweepJobError(f"{path}: not valid {what} ({one_line_message(e)})") from None
+    if not isinstance(value, kind):
+        raise SweepJobError(f"{path}: holds a {type(value).__name__}, not the {what} a train.py job writes")
+    return value
 
 
 class SweepJob:
@@ -37,7 +54,9 @@ class SweepJob:
         import yaml
 
         path = self.dir / ".hydra" / "overrides.yaml"
-        return [str(o) for o in (yaml.safe_load(path.read_text()) or [])] if path.is_file() else []
+        if not path.is_file():
+            return []
+        return [str(o) for o in _load(path, "YAML list of overrides", lambda t: yaml.safe_load(t) or [], list)]
 
     @cached_property
     def overrides(self) -> dict[str, str]:
@@ -48,19 +67,23 @@ class SweepJob:
     def choices(self) -> dict[str, str]:
         """The option of each config group this job ran with, ``{'pos': 'learned', 'norm': 'pre', ...}`` (Hydra's
         runtime choices: group options are parts, whose config has no name of its own)."""
-        from omegaconf import OmegaConf
+        from omegaconf import DictConfig, OmegaConf
 
         path = self.dir / ".hydra" / "hydra.yaml"
         if not path.is_file():
             return {}
-        return {str(k): str(v) for k, v in OmegaConf.load(path).hydra.runtime.choices.items() if v is not None}
+        hydra = _load(path, "Hydra YAML", OmegaConf.create, DictConfig)
+        choices = OmegaConf.select(hydra, "hydra.runtime.choices", default=None)
+        if not isinstance(choices, DictConfig):
+            raise SweepJobError(f"{path}: has no hydra.runtime.choices (not the hydra.yaml a train.py job writes)")
+        return {str(k): str(v) for k, v in choices.items() if v is not None}
 
     @cached_property
     def config(self):
-        from omegaconf import OmegaConf
+        from omegaconf import DictConfig, OmegaConf
 
         path = self.dir / ".hydra" / "config.yaml"
-        return OmegaConf.load(path) if path.is_file() else OmegaConf.create({})
+        return _load(path, "YAML config", OmegaConf.create, DictConfig) if path.is_file() else OmegaConf.create({})
 
     def value(self, key: str) -> str | None:
         """What this job ran with for ``key``: its override, else its config group's option (``norm``), else the
@@ -86,7 +109,7 @@ class SweepJob:
     def status(self) -> dict[str, Any]:
         """``job_status.json`` (``{"status": "completed"|"failed", "error": ...}``), {} if the job wrote none."""
         path = self.dir / STATUS_FILE
-        return json.loads(path.read_text()) if path.is_file() else {}
+        return _load(path, "JSON object", json.loads, dict) if path.is_file() else {}
 
     @property
     def finished(self) -> bool:
@@ -98,7 +121,8 @@ class SweepJob:
     @cached_property
     def final(self) -> dict[str, float]:
         """The final metrics from ``metrics.json`` ({} if the job did not finish)."""
-        return final_metrics(self.dir)
+        path = self.dir / "metrics.json"
+        return _load(path, "JSON object of metrics", json.loads, dict) if path.is_file() else {}
 
     @cached_property
     def history(self) -> History:
@@ -108,7 +132,10 @@ class SweepJob:
     def final_value(self, key: str) -> float | None:
         """The metric's final value: ``metrics.json``'s, else the last logged value; None if the job has neither."""
         if key in self.final:
-            return float(self.final[key])
+            value = self.final[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):  # NaN/Infinity parse as floats
+                raise SweepJobError(f"{self.dir / 'metrics.json'}: {key} is {json.dumps(value)}, not a number")
+            return float(value)
         _, values = self.history.series(key)
         return float(values[-1]) if values else None
 
@@ -119,6 +146,8 @@ def sweep_job_dirs(sweep_dir: str | Path) -> list[Path]:
     sweep_dir = Path(sweep_dir)
     if (sweep_dir / ".hydra").is_dir():
         return [sweep_dir]
+    if sweep_dir.exists() and not sweep_dir.is_dir():
+        raise FileNotFoundError(f"{sweep_dir} is a file, not a sweep or run folder")
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"{sweep_dir}: no such directory")
     subdirs = [p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()]

@@ -31,7 +31,7 @@ from . import resume  # noqa: F401  (registers the resume_dir resolver that conf
 from .audio.features import MelExtractor
 from .audio.wav import write_wav
 from .checkpoints import CheckpointError, load_task
-from .cli_input import InputError, check, is_int, is_number, read_lines
+from .cli_input import InputError, check, check_output, is_int, is_number, is_seed, read_lines
 from .data.characters import CharVocab, normalize_text
 from .errors import one_line_errors
 from .paths import CONF_DIR
@@ -152,11 +152,12 @@ def check_options(cfg: DictConfig) -> None:
           "the path of a checkpoint (ckpt=<run>/checkpoints/last.ckpt)")
     check(cfg, "text", lambda v: isinstance(v, (str, int, float)) and str(v).strip(),
           "the text to speak (text=\"twenty one\"), or - to read one utterance per line from stdin")
-    check(cfg, "max_frames_per_char", lambda v: is_number(v) and v > 0, "a number > 0")
+    check(cfg, "max_frames_per_char", lambda v: is_number(v) and 0 < v <= 1000, "a number > 0 and <= 1000")
     check(cfg, "griffin_lim_iters", lambda v: is_int(v) and v >= 1, "an integer >= 1")
     check(cfg, "piece_silence", lambda v: is_number(v) and 0 <= v <= 10, "seconds from 0 to 10")
-    check(cfg, "seed", is_int, "an integer")
+    check(cfg, "seed", is_seed, "an integer from -2**63 to 2**64 - 1")
     check(cfg, "input_errors", lambda v: v in ("strict", "replace"), "strict or replace")
+    check_output("out_dir", cfg.get("out_dir"), folder=True)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="synthesize")

@@ -24,7 +24,8 @@ from omegaconf import DictConfig
 
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 from .checkpoints import CheckpointError, load_task
-from .cli_input import InputError, OptionError, check, is_int, is_number, read_lines
+from .cli_input import (InputError, OptionError, check, check_output, is_int, is_number, read_lines,
+                        write_output)
 from .errors import UserError, one_line_errors
 from .paths import CONF_DIR
 
@@ -128,6 +129,7 @@ def check_options(cfg: DictConfig) -> None:
           "length limit) or false (a hypothesis at the limit ends there without EOS)")
     check(cfg, "on_too_long", lambda v: v in ON_TOO_LONG, "skip (empty output line, exit 3), truncate or error")
     check(cfg, "input_errors", lambda v: v in ("strict", "replace"), "strict or replace")
+    check_output("output", cfg.get("output"))
 
 
 def format_translations(result: Translations, n_best: int) -> str:
@@ -165,7 +167,7 @@ def _translate(cfg: DictConfig) -> None:
                            force_eos_at_max_len=cfg.force_eos_at_max_len)
     text = format_translations(result, cfg.n_best)
     if cfg.output:
-        Path(cfg.output).write_text(text, encoding="utf-8")
+        write_output("output", Path(cfg.output).expanduser(), lambda p: p.write_text(text, encoding="utf-8"))
         log.info(f"{len(lines) - len(result.skipped)} translations written to {cfg.output}")
     else:
         sys.stdout.write(text)

@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from .cli_input import check_output
 from .errors import UserError, one_line_message
+from .sweep_jobs import SweepJob
 from .wandb_runs import OfflineRun, offline_run_dirs, read_offline_runs
 
 WORKSPACE_FILE = "wandb_workspace.json"
@@ -69,7 +69,7 @@ class Job:
 
 def read_overrides(job_dir: Path) -> dict[str, str]:
     """``key -> value`` of ``<job>/.hydra/overrides.yaml`` (``+key``/``++key``/``~key``: the key)."""
-    items = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
+    items = SweepJob(job_dir).override_list  # a damaged file is one line naming it (SweepJobError)
     out = {}
     for item in items:
         key, _, value = str(item).partition("=")
@@ -96,7 +96,13 @@ def read_jobs(root: Path) -> tuple[list[Job], list[Path]]:
         raise WorkspaceError(f"{root}: no W&B run in its {len(jobs)} job(s) (train with logger=wandb, the default)")
     runs = iter(read_offline_runs([p for j in with_runs for p in offline_run_dirs(j.dir)]))
     for j in with_runs:
-        j.runs = [next(runs) for _ in offline_run_dirs(j.dir)]
+        # a log that holds no run record (empty, cut short before its first record) has no id, config or keys:
+        # counting it would change the grouping keys and filter on an empty id
+        j.runs = [r for r in (next(runs) for _ in offline_run_dirs(j.dir)) if r.run_id]
+    without += [j.dir for j in with_runs if not j.runs]
+    with_runs = [j for j in with_runs if j.runs]
+    if not with_runs:
+        raise WorkspaceError(f"{root}: no readable W&B run in its {len(jobs)} job(s) (their logs hold no run record)")
     return with_runs, without
 
 
@@ -341,7 +347,12 @@ def save(workspace, path: Path) -> dict:
     """Write the workspace's W&B view (the model ``Workspace.save`` uploads) as JSON; return it as a dict."""
     view = workspace._to_model()  # the documented save() path without the upload: pydantic, no network
     text = view.model_dump_json(by_alias=True, exclude_none=True, indent=1)
-    path.write_text(text + "\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+    except OSError as e:
+        raise WorkspaceError(f"cannot save the workspace to {path}: {e.strerror or e} ({e.filename or path}); "
+                             f"give --out a writable path") from None
     return json.loads(text)
 
 
@@ -400,7 +411,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = args.dir.expanduser().resolve()
     out = (args.out or root / WORKSPACE_FILE).expanduser().resolve()
+    if out.is_dir():  # --out <folder>: the definition goes inside it
+        out = out / WORKSPACE_FILE
     try:
+        if not args.publish:
+            check_output("--out", out)  # before the runs are read: a path that cannot be written fails at once
         if args.publish:
             print(f"workspace published: {publish(out, args.entity, args.project)}")
             return 0
@@ -413,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     grouping = "; ".join(f"{k} -> {', '.join(v)}" for k, v in sweep.group_keys.items())
     print(f"{len(sweep.jobs)} run(s), {len(sweep.settings())} setting(s); grouped by: {grouping or 'nothing swept'}")
     for d in sweep.without_runs:
-        print(f"note: {d} has no W&B run (left out)")
+        print(f"note: {d} has no readable W&B run (left out)")
     print(f"workspace saved: {out} ({n_panels} panels)")
     print("publish it once the runs are synced:")
     print(f"  {sync_command(sweep)}")

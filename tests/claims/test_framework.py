@@ -164,3 +164,26 @@ def test_quick_claim_end_to_end(quick_e9, tmp_path):
         run_claim(failing, out, None)
     kept = [p for p in out.iterdir() if p.name.startswith("E9.old-")]
     assert len(kept) == 1 and (kept[0] / "0" / "1" / "metrics.json").is_file()
+
+
+def test_bad_ids_and_damaged_results_are_one_line_exit_2(tmp_path, capsys):
+    """A claim id that does not exist, and a docs/results/<id>.json that is cut short or not a result (a list):
+    one line naming the file, exit 2 (a list was a TypeError traceback; corrupt JSON did not name the file)."""
+    from experiments.claims.__main__ import main
+
+    def error(*argv) -> str:
+        assert main(list(argv)) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        return line
+
+    assert error("run", "E99").startswith("error: claim E99 has no experiment yet; available: E1, ")
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "E9.json").write_text('{"title": ')
+    assert error("report", "--docs", str(tmp_path)).startswith(f"error: {results / 'E9.json'}: not valid JSON (")
+    (results / "E9.json").write_text("[1, 2]")
+    assert error("report", "--docs", str(tmp_path)) == \
+        f"error: {results / 'E9.json'}: holds a list, not a claim's result (a JSON object)"
+    (tmp_path / "a_file").write_text("")
+    assert "Not a directory" in error("report", "--docs", str(tmp_path / "a_file"))  # was a traceback
+    assert not (tmp_path / "results.md").exists()

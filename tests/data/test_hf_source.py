@@ -148,3 +148,35 @@ def test_the_lm_reads_a_text_column_as_it_reads_the_same_text_file(files, tmp_pa
     with pytest.raises(DataError, match="has no column 'body' for the text"):
         LMDataModule(source="hf", path=str(files / "pairs.parquet"), vocab_size=300, cache_dir=str(tmp_path / "c3"),
                      hf={"text_column": "body", "datasets_cache": str(tmp_path / "hf")}).prepare_data()
+
+
+def test_rows_of_the_wrong_type_and_unreadable_files_are_one_line(tmp_path, capfd):
+    """A null {language: text} row, a number or a list as a sentence: one line naming the row (they were
+    AttributeError tracebacks). A text column of nulls only: one line naming the dataset (it used to be "text file
+    is empty" naming the cache's export, which was kept). A parquet file of no rows: datasets' own ERROR line no
+    longer precedes ours; ours names the file and its cause."""
+    from attnlab.data.hf_source import text_column_file
+
+    (tmp_path / "null.jsonl").write_text('{"translation": {"en": "one", "fr": "un"}}\n{"translation": null}\n')
+    (tmp_path / "int.jsonl").write_text('{"en": "one", "fr": "un"}\n{"en": 2, "fr": "deux"}\n')
+    (tmp_path / "list.jsonl").write_text('{"en": ["one"], "fr": "un"}\n')
+    for name, kwargs, message in [("null", {"src_lang": "en", "tgt_lang": "fr"}, "row 2: empty source sentence"),
+                                  ("int", {"src_column": "en", "tgt_column": "fr"}, "row 2: the source is int, not text"),
+                                  ("list", {"src_column": "en", "tgt_column": "fr"}, "row 1: the source is list")]:
+        (d,) = load_hf(str(tmp_path / f"{name}.jsonl"), cache_dir=str(tmp_path / "c")).values()
+        with pytest.raises(DataError, match=message):
+            hf_pairs(d, **kwargs, where=name)
+    (tmp_path / "nulls.jsonl").write_text('{"text": null}\n{"text": "  "}\n')
+    with pytest.raises(DataError, match=r"nulls.jsonl \[train\]: column 'text' holds no text \(2 rows, all null"):
+        text_column_file(str(tmp_path / "nulls.jsonl"), {"datasets_cache": str(tmp_path / "c")}, tmp_path / "cache")
+    assert not list((tmp_path / "cache").rglob("train.txt"))  # nothing kept for the next run to trip on
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), tmp_path / "empty.parquet")  # an empty split
+    capfd.readouterr()
+    with pytest.raises(DataError) as info:
+        load_hf(str(tmp_path / "empty.parquet"), cache_dir=str(tmp_path / "c"))
+    assert f"Failed to read file '{tmp_path / 'empty.parquet'}'" in str(info.value)
+    assert "a parquet file with no rows" in str(info.value) and "\n" not in str(info.value)
+    assert "Failed to read" not in capfd.readouterr().err

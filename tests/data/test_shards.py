@@ -260,5 +260,37 @@ def test_train_py_on_a_folder_trains_from_its_shards(tmp_path, cache_dir):
     metrics = run(cfg)
     assert np.isfinite(metrics["train/loss"])
     manifests = [read_manifest(p) for p in (Path(cache_dir) / "tokens").iterdir()]
-    (m,) = [m for m in manifests if m and [s["path"] for s in m["sources"]] == [str(p) for p in sorted(d.iterdir())]]
+    (m,) = [m for m in manifests if m and [s.get("path") for s in m["sources"]] == [str(p) for p in sorted(d.iterdir())]]
     assert m["complete"] and m["tokens"] > 10_000
+
+
+def test_a_glob_does_not_follow_symlinked_folders_and_reads_a_file_once(tmp_path):
+    """`data.path='/data/**/*.txt'` with a link to a parent folder inside: glob.glob followed it 40 levels deep
+    (2 links: 2^40 paths, never returned, memory without bound); now each file is listed once."""
+    d = tmp_path / "books"
+    (d / "sub").mkdir(parents=True)
+    (d / "a.txt").write_text("a\n")
+    (d / "sub" / "b.txt").write_text("b\n")
+    (d / ".hidden.txt").write_text("h\n")
+    (d / "sub" / "up").symlink_to("..")
+    (d / "sub" / "self").symlink_to(".")
+    (d / "also_a.txt").symlink_to("a.txt")
+    assert resolve_files(f"{d}/**/*.txt") == [d / "a.txt", d / "sub" / "b.txt"]
+    assert resolve_files(f"{d}/**") == [d / "a.txt", d / "sub" / "b.txt"]  # glob.glob's ** matched files too
+    assert resolve_files(d) == resolve_files(f"{d}/**/*.txt")  # a folder: links to folders were never followed
+    assert resolve_files(f"{d}/.h*") == [d / ".hidden.txt"]  # a pattern that names hidden files gets them
+
+
+@pytest.mark.parametrize("manifest", ["[]", '"x"', '{"complete": true}',
+                                      '{"complete": true, "dtype": "uint16", "shards": [{"file": "shard-00000.bin"}]}'])
+def test_a_manifest_of_the_wrong_shape_is_rebuilt(tmp_path, manifest):
+    """Valid JSON that is not a manifest (a crash in another tool, an edit by hand) used to be a traceback
+    (AttributeError, KeyError); it is treated like a missing one: the shards are built again, the same tokens."""
+    p = tmp_path / "t.txt"
+    p.write_text(sample_text(3_000))
+    sources = [TextSource.from_file(p)]
+    tok, stream = lmdm.tokenize_corpus(sources, 300, tmp_path / "cache")
+    (out,) = (tmp_path / "cache" / "tokens").iterdir()
+    (out / shards.MANIFEST).write_text(manifest)
+    again = lmdm.tokenize_corpus(sources, 300, tmp_path / "cache")[1]
+    assert np.array_equal(np.asarray(again), np.asarray(stream)) and read_manifest(out)["complete"]

@@ -367,3 +367,12 @@ def test_test_model_is_not_degenerate():
     with torch.no_grad():
         top2 = model(prompt(4, 12)).topk(2, dim=-1).values
     assert float((top2[..., 0] - top2[..., 1]).median()) > 1e-2
+
+
+def test_top_p_below_the_dtype_resolution_keeps_the_top_token():
+    """top_p=1e-300 is 0 in float32: every token reached it and all were dropped (NaN probabilities, a multinomial
+    traceback through generate.py); the first token always stays."""
+    logits = torch.tensor([[2.0, 1.0, 0.5], [0.0, 3.0, 1.0]])
+    out = filter_logits(logits, top_p=1e-300)
+    assert torch.equal(torch.isfinite(out), torch.tensor([[True, False, False], [False, True, False]]))
+    assert torch.equal(sample_next(logits, top_p=1e-300), torch.tensor([0, 1]))

@@ -121,6 +121,10 @@ BAD = [
     (["model=tts", "model.net.dec_prenet_dropout=1.5"], "model.net.dec_prenet_dropout=1.5: must be a number in [0, 1)"),
     (["model=tts", "model.net.enc_prenet_convs=-1"], "model.net.enc_prenet_convs=-1: must be an integer >= 0"),
     (["model=tts", "data.num_utterances=0"], "data.num_utterances=0: must be a positive integer"),
+    # the LM's text data (a string reached LMDataModule's `>` comparison: Hydra's four-line error, exit 1)
+    (["model=causal_lm", "data=text_file", "data.path=x", "data.tokenizer_sample_mb=abc"],
+     "data.tokenizer_sample_mb=abc: must be a number > 0"),
+    (["model=causal_lm", "data.val_fraction=1.5"], "data.val_fraction=1.5: must be a number in [0, 1)"),
     # training
     (["trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches=0: must be a positive integer"),
     (["trainer.max_epochs=-5"], "trainer.max_epochs=-5: must be an integer >= -1 (or null)"),

@@ -94,7 +94,60 @@ def load_hf(path: str, name: str | None = None, split: str | None = None,
     its Arrow copies and downloads (None: its own cache, ``~/.cache/huggingface/datasets``)."""
     ds = _datasets()
     p = Path(os.path.expanduser(str(path)))
+    said = _DatasetsErrors()
     try:
+        with said:
+            loaded = _load(ds, p, path, name, split, cache_dir)
+    except (DataError, ConfigError):
+        raise
+    except Exception as e:  # a corrupt or mismatched file: one line naming it and the first cause datasets gives
+        why = said.last or _innermost(e)
+        if "BatchSize must be greater than 0" in why:  # pyarrow's words for a parquet file of no rows
+            why += " (a parquet file with no rows, which datasets cannot read: remove it)"
+        raise DataError(f"datasets could not read {path}: {why}") from e
+    return _our_splits(ds, loaded, path)
+
+
+class _DatasetsErrors(logging.Handler):
+    """While active, the ERROR lines of `datasets`' own loggers are kept (they name the file that failed, which the
+    exception does not) instead of printed: the user gets our one line with it. Other records go where they went."""
+
+    def __init__(self):
+        super().__init__()
+        self.last: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.ERROR:
+            text = record.getMessage().strip()
+            self.last = text.splitlines()[0] if text else self.last
+            return
+        handlers = self._before[1] + (logging.getLogger().handlers if self._before[0] else [])
+        for h in handlers:
+            if record.levelno >= h.level:
+                h.handle(record)
+
+    def __enter__(self):
+        self._logger = logging.getLogger("datasets")
+        self._before = self._logger.propagate, list(self._logger.handlers)
+        self._logger.handlers, self._logger.propagate = [self], False
+        return self
+
+    def __exit__(self, *exc):
+        self._logger.propagate, self._logger.handlers = self._before[0], self._before[1]
+
+
+def _innermost(error: BaseException) -> str:
+    """``Type: message`` of the deepest cause (``DatasetGenerationError`` says only that something failed)."""
+    seen = set()
+    while (error.__cause__ or error.__context__) is not None and id(error) not in seen:
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+
+
+def _load(ds, p: Path, path: str, name: str | None, split: str | None, cache_dir: str | None):
+    if True:
         if p.is_dir() and ((p / "dataset_dict.json").exists() or (p / "state.json").exists()):
             loaded = ds.load_from_disk(str(p))
             if split is not None:
@@ -119,11 +172,10 @@ def load_hf(path: str, name: str | None = None, split: str | None = None,
                                 f"it must be in the cache: looked in {_hub_caches(cache_dir)}") from e
         else:
             raise DataFileNotFoundError(f"data.path does not exist: {p.resolve()}")
-    except (DataError, ConfigError):
-        raise
-    except Exception as e:  # a corrupt or mismatched file: one line naming it
-        raise DataError(f"datasets could not read {path}: {type(e).__name__}: {str(e).strip().splitlines()[0]}") \
-            from e
+    return loaded
+
+
+def _our_splits(ds, loaded, path: str) -> dict[str, datasets.Dataset]:
     if isinstance(loaded, ds.Dataset):
         return {"train": loaded}
     out: dict[str, datasets.Dataset] = {}
@@ -178,12 +230,15 @@ def hf_pairs(d: datasets.Dataset, *, src_column: str | None = None, tgt_column: 
         if len(d) and not {src_lang, tgt_lang} <= set(column[0]):
             raise DataError(f"{where}: column {translation_column!r} has languages {sorted(column[0])}, "
                             f"not {src_lang!r} and {tgt_lang!r}")
-        rows = ((t.get(src_lang), t.get(tgt_lang)) for t in column)
+        rows = ((t.get(src_lang), t.get(tgt_lang)) if isinstance(t, dict) else (None, None) for t in column)
     else:
         raise ConfigError(f"{where} has columns {', '.join(d.column_names)}: give data.hf.src_column and "
                           f"data.hf.tgt_column, or data.hf.translation_column with src_lang and tgt_lang")
     pairs = []
     for row, (src, tgt) in enumerate(rows, start=1):
+        for side, text in (("source", src), ("target", tgt)):
+            if text is not None and not isinstance(text, str):
+                raise DataError(f"{where} row {row}: the {side} is {type(text).__name__}, not text")
         src, tgt = (src or "").strip(), (tgt or "").strip()
         if not src or not tgt:
             raise DataError(f"{where} row {row}: empty {'source' if not src else 'target'} sentence")
@@ -238,10 +293,14 @@ def text_column_file(path: str, options: dict, cache_dir: str | os.PathLike) -> 
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=".train.", suffix=".tmp")
     try:
+        blank = True
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             for text in iter_text(d, column, where=f"{path} [train]"):
+                blank = blank and not text.strip()
                 f.write(text)
                 f.write("\n")
+        if blank:  # named here: past this point the error would name the cache's train.txt
+            raise DataError(f"{path} [train]: column {column!r} holds no text ({len(d):,} rows, all null or blank)")
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

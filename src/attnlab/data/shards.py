@@ -126,10 +126,26 @@ def _tokenizer_hash(tok: BPETokenizer) -> str:
 
 
 def read_manifest(out_dir: Path) -> dict | None:
+    """The manifest, or None when there is none or it is damaged (not JSON, or not the shape written here): the
+    shards are then rebuilt, never read through a manifest that cannot describe them."""
     try:
-        return json.loads((out_dir / MANIFEST).read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
+        manifest = json.loads((out_dir / MANIFEST).read_text(encoding="utf-8"))
+    except (FileNotFoundError, UnicodeDecodeError, json.JSONDecodeError):
         return None
+    if _well_formed(manifest):
+        return manifest
+    log.warning("%s is damaged (not the shape of a shard manifest): the shards are rebuilt", out_dir / MANIFEST)
+    return None
+
+
+def _well_formed(manifest) -> bool:
+    try:
+        np.dtype(manifest["dtype"])
+        return isinstance(manifest["shards"], list) and all(
+            isinstance(s["file"], str) and "/" not in s["file"] and isinstance(s["tokens"], int)
+            and isinstance(s["next"], list) and len(s["next"]) == 2 for s in manifest["shards"])
+    except (TypeError, KeyError, ValueError):
+        return False
 
 
 def _write_manifest(out_dir: Path, manifest: dict) -> None:

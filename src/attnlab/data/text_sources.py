@@ -68,21 +68,47 @@ def resolve_files(path: str | os.PathLike, what: str = "text file") -> list[Path
     s = os.path.expanduser(str(path))
     p = Path(s).absolute()
     if glob.has_magic(s):
-        files = sorted(Path(f).absolute() for f in glob.glob(s, recursive=True) if Path(f).is_file())
+        files = _glob_files(s)
         if not files:
             raise DataFileNotFoundError(f"no {what}s match {p}")
         return files
     if p.is_dir():
-        files = sorted(
+        files = _once(sorted(
             f for f in p.rglob("*")
             if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts)
-        )  # fmt: skip
+        ))  # fmt: skip
         if not files:
             raise DataFileNotFoundError(f"no {what}s in folder {p}")
         return files
     if not p.is_file():
         raise DataFileNotFoundError(f"{what} not found: {p}")
     return [p]
+
+
+def _glob_files(pattern: str) -> list[Path]:
+    """The non-hidden files a glob matches, sorted, each once. ``pathlib``'s ``**`` does not descend into symlinked
+    folders (``glob.glob`` does: a link to a parent folder made ``/data/**/*.txt`` list every file 2^40 times and
+    never return); a file reached twice through links is read once."""
+    parts = Path(pattern).absolute().parts
+    i = next(k for k, part in enumerate(parts) if glob.has_magic(part))
+    root, rest = Path(*parts[:i]), Path(*parts[i:])
+    if rest.name == "**":  # glob.glob's trailing ** matches files too; pathlib's only folders
+        rest = rest / "*"
+    hidden_ok = any(part.startswith(".") for part in rest.parts)  # a pattern that names hidden files wants them
+    return _once(sorted(f for f in root.glob(str(rest)) if f.is_file() and (
+        hidden_ok or not any(q.startswith(".") for q in f.relative_to(root).parts))))
+
+
+def _once(files: list[Path]) -> list[Path]:
+    """``files`` without the later ones that are links to an earlier one (read once, not twice)."""
+    seen: set[Path] = set()
+    out = []
+    for f in files:
+        real = f.resolve()
+        if real not in seen:
+            seen.add(real)
+            out.append(f)
+    return out
 
 
 def fingerprint(sources: list[TextSource]) -> str:

@@ -18,6 +18,7 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
         cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
         # drop a token when the tokens before it already reach top_p (the first token always stays)
         drop_sorted = (cum - sorted_logits.softmax(dim=-1)) >= top_p
+        drop_sorted[..., 0] = False  # also when top_p underflows to 0 in the logits' dtype (top_p=1e-300)
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits

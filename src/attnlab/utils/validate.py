@@ -155,6 +155,9 @@ RULES: list[tuple[str, Check]] = [
     ("data.image_size", positive_int),
     *((f"data.{k}", positive_int) for k in ("train_size", "val_size", "test_size", "num_utterances", "num_fillers")),
     ("data.num_workers", non_negative_int),
+    ("data.tokenizer_sample_mb", positive_number),  # data=text_file, data=hf (LM)
+    ("data.val_fraction", probability),
+    ("data.test_fraction", probability),
     ("data.target_lang", one_of(TARGET_LANGS)),  # data=numbers
     ("data.max_digits", int_in(1, 12)),
     ("data.copy_fraction", unit_interval),
