@@ -31,7 +31,8 @@ LEGACY_WARNING = "saved without a text normalizer"
 def variants(n: int) -> list[str]:
     plain = english_words(n)
     return [num2words(n, lang="en"), plain[0].upper() + plain[1:], plain.upper(), plain.replace(" ", "  "),
-            f"  {plain} ", plain + ".", plain.title() + "!"]
+            f"  {plain} ", plain + ".", plain.title() + "!",
+            plain.replace("-", " "), plain.replace("-", " ").title() + "."]  # "twenty one", "Seventy Seven."
 
 
 @pytest.fixture(scope="module")

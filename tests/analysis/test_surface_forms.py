@@ -18,3 +18,4 @@ def test_surface_forms():
     assert forms["num2words_commas"] == "one million, two hundred thousand and twenty-one"
     assert forms["capitalized"].startswith("One million") and forms["upper"].startswith("ONE MILLION")
     assert "  " in forms["double_spaces"] and forms["trailing_period"].endswith("twenty-one.")
+    assert forms["spaced_compounds"].endswith("and twenty one")

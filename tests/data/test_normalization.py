@@ -31,6 +31,8 @@ def surface_forms(n: int) -> dict[str, str]:
         "upper": plain.upper(),
         "double_spaces": plain.replace(" ", "  "),
         "padded": f"  {plain}\t ",
+        "spaced_compounds": plain.replace("-", " "),  # "twenty one"
+        "title_spaced_compounds": plain.replace("-", " ").title() + ".",  # "Seventy Seven."
         "period": plain + ".",
         "question": plain + " ?",
         "commas_upper_period": num2words(n, lang="en").upper() + ".",
@@ -145,7 +147,27 @@ def test_corpus_lower_words():
                                                                                         "twenty"]
 
 
+def test_replace_joins_spoken_compounds_and_the_config_says_what_the_code_does():
+    """`replace` pairs (regex, literal text) run last; data=numbers's YAML and the code's default are one spec."""
+    from omegaconf import OmegaConf
+
+    from attnlab.data.translation_datamodule import DEFAULT_NORMALIZATION
+    from attnlab.paths import ROOT
+
+    yaml_spec = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "data" / "numbers.yaml").normalize)
+    assert TextNormalization.from_config(yaml_spec) == TextNormalization.from_config(DEFAULT_NORMALIZATION["numbers"])
+    spec = TextNormalization.from_config(DEFAULT_NORMALIZATION["numbers"])
+    norm = spec.normalizer(["twenty-one", "ninety-nine thousand", "one", "seven"])
+    assert norm.normalize_str("Twenty  One, ninety nine thousand") == "twenty-one ninety-nine thousand"
+    assert norm.normalize_str("plenty one twentyone") == "plenty one twentyone"  # whole words only
+    as_list = TextNormalization.from_config({"replace": [["a+", "b"]]})
+    assert as_list == TextNormalization.from_config({"replace": {"a+": "b"}}) and as_list.as_dict()["replace"] == [["a+", "b"]]
+    assert "replace" not in TextNormalization().as_dict()  # a spec without one keeps its cache keys
+
+
 @pytest.mark.parametrize("cfg, message", [
+    ({"replace": {"(unclosed": "x"}}, "data.normalize.replace: '(unclosed' is not a regular expression tokenizers can use"),
+    ({"replace": ["a", "b"]}, "data.normalize.replace must map regular expressions to replacement text"),
     ({"case": "upper"}, "data.normalize.case='upper' is not one of keep, lower, corpus_words"),
     ({"unicode": "NFD"}, "data.normalize.unicode='NFD' is not one of null, NFC, NFKC"),
     ({"strip": True}, "data.normalize: unknown key(s) strip"),

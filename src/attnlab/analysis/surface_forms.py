@@ -5,7 +5,8 @@
 Draws ``n`` integers the way ``numbers.py`` does (number of digits uniform in 1..max_digits, then uniform), none of
 them in the checkpoint's training split (regenerated from the data hyper-parameters the checkpoint stores), and
 translates each in several surface forms a person may type: the training form, num2words' own English (with
-commas), a capital first letter, upper case, double spaces, a trailing period. With the normalization stored in the
+commas), a capital first letter, upper case, double spaces, a trailing period, compounds without their hyphen
+("twenty one"). With the normalization stored in the
 tokenizer every form should score like the training form; ``--strip-normalizer`` shows the behaviour of a
 checkpoint saved before normalization (the input read as typed). A form whose line exceeds the model's source
 length counts as wrong ("refused").
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-FORMS = ("plain", "num2words_commas", "capitalized", "upper", "double_spaces", "trailing_period")
+FORMS = ("plain", "num2words_commas", "capitalized", "upper", "double_spaces", "trailing_period", "spaced_compounds")
 
 
 def surface(plain: str, n: int, form: str) -> str:
@@ -33,6 +34,7 @@ def surface(plain: str, n: int, form: str) -> str:
         "upper": plain.upper(),
         "double_spaces": plain.replace(" ", "  "),
         "trailing_period": plain + ".",
+        "spaced_compounds": plain.replace("-", " "),
     }[form]
 
 

@@ -5,7 +5,7 @@ with it (``BPETokenizer.to_str``, hence into every checkpoint) and the very same
 data, on validation, in ``translate``, in the notebooks and in the claims: a user's "Three hundred and five." is
 encoded exactly like the training form "three hundred and five".
 
-A spec has four independent steps, applied in this order::
+A spec has five independent steps, applied in this order::
 
     unicode:    null | NFC | NFKC      Unicode normalization form
     remove:     "<characters>"         each one replaced by a space (punctuation the corpus does not carry)
@@ -14,6 +14,10 @@ A spec has four independent steps, applied in this order::
                                        corpus_words: every word the training text writes in lower case only is
                                        folded to it ("THREE", "Three" -> "three"); other words keep their case
                                        (names copied to the target, claim E15)
+    replace:    [[<regex>, <text>], …] each match (Oniguruma syntax, as ``tokenizers`` runs it) replaced by the
+                                       text, in order: forms the corpus writes one way ("twenty one" as
+                                       "twenty-one", data=numbers); the text is literal (no group references);
+                                       for the LM's streamed text a pattern must not match across lines
 
 ``corpus_words`` folds one regular expression per word, so it is meant for a closed vocabulary (the number
 words); at most ``MAX_CORPUS_WORDS`` words.
@@ -22,7 +26,7 @@ words); at most ``MAX_CORPUS_WORDS`` words.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from tokenizers import Regex, normalizers
@@ -44,6 +48,7 @@ class TextNormalization:
     remove: str = ""
     whitespace: bool = False
     case: str = "keep"
+    replace: tuple[tuple[str, str], ...] = ()  # (regex, text) pairs; a list of pairs (or a mapping) in the config
 
     @classmethod
     def from_config(cls, cfg: Mapping | None, key: str = "data.normalize") -> TextNormalization:
@@ -53,9 +58,11 @@ class TextNormalization:
         if not isinstance(cfg, Mapping):
             raise ConfigError(f"{key} must be a mapping of unicode/remove/whitespace/case, got {cfg!r}")
         cfg = dict(cfg)
-        unknown = sorted(set(cfg) - {"unicode", "remove", "whitespace", "case"})
+        unknown = sorted(set(cfg) - {"unicode", "remove", "whitespace", "case", "replace"})
         if unknown:
-            raise ConfigError(f"{key}: unknown key(s) {', '.join(unknown)}; valid: unicode, remove, whitespace, case")
+            raise ConfigError(f"{key}: unknown key(s) {', '.join(unknown)}; valid: unicode, remove, whitespace, case, "
+                              f"replace")
+        cfg["replace"] = _replacements(cfg.get("replace"), f"{key}.replace")
         spec = cls(**{**asdict(cls()), **cfg})
         if spec.unicode is not None and spec.unicode not in UNICODE_FORMS:
             raise ConfigError(f"{key}.unicode={spec.unicode!r} is not one of null, {', '.join(UNICODE_FORMS)}")
@@ -68,7 +75,10 @@ class TextNormalization:
         return spec
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The spec as config values; ``replace`` only when given (the cache keys of specs without one stay)."""
+        spec = asdict(self)
+        spec.pop("replace")
+        return {**spec, "replace": [list(pair) for pair in self.replace]} if self.replace else spec
 
     def normalizer(self, corpus: Iterable[str] = ()) -> normalizers.Normalizer:
         """The ``tokenizers`` normalizer; ``corpus`` (the training text it applies to) is read for
@@ -95,7 +105,26 @@ class TextNormalization:
                 )
             # "(?i)" matches any case; the look-arounds keep "one" from matching inside "someone" or "Ones"
             steps += [normalizers.Replace(Regex(rf"(?i)(?<!\p{{L}}){w}(?!\p{{L}})"), w) for w in words]
+        steps += [normalizers.Replace(Regex(pattern), text) for pattern, text in self.replace]
         return normalizers.Sequence(steps)
+
+
+def _replacements(value, key: str) -> tuple[tuple[str, str], ...]:
+    """``replace`` from the config: a mapping (or a list of pairs) of Oniguruma regex -> literal text; a
+    ConfigError names a pattern ``tokenizers`` cannot compile."""
+    if value is None:
+        return ()
+    pairs = list(value.items()) if isinstance(value, Mapping) else value  # a config's lists are ListConfigs
+    is_list = lambda v: isinstance(v, Sequence) and not isinstance(v, str)  # noqa: E731
+    if not is_list(pairs) or not all(is_list(p) and len(p) == 2 and all(isinstance(x, str) for x in p)
+                                     for p in pairs):
+        raise ConfigError(f"{key} must map regular expressions to replacement text, got {value!r}")
+    for pattern, _ in pairs:
+        try:
+            Regex(pattern)
+        except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception for a bad pattern
+            raise ConfigError(f"{key}: {pattern!r} is not a regular expression tokenizers can use ({e})") from None
+    return tuple((str(p), str(t)) for p, t in pairs)
 
 
 def corpus_lower_words(texts: Iterable[str]) -> list[str]:

@@ -53,6 +53,11 @@ from attnlab.data.parallel import (
 
 NUMBERS_FORMAT_VERSION = "numbers-v1"
 TARGET_LANGS = ("fr", "de")
+# num2words hyphenates the compounds 21-99 ("twenty-one"); people also type "twenty one". This (Oniguruma regex,
+# text) pair of the source normalization (conf/data/numbers.yaml) writes the space between a tens word and a unit
+# word as the hyphen.
+SPOKEN_COMPOUNDS = (r"(?<=\b(?:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety))[ ]+"
+                    r"(?=(?:one|two|three|four|five|six|seven|eight|nine)\b)", "-")
 SPLITS = ("train", "val", "test")
 # val and test each take at most this share of a digit length whose integers cannot fill every split's request
 SMALL_POOL_EVAL_SHARE = 0.1

@@ -18,7 +18,7 @@ uses), while targets are encoded verbatim (``encode(t, normalize=False)``). The 
 of BLEU and exact match (``decode(encode(t)) == t`` must hold), and they carry case and characters that a source
 normalization would destroy: German nouns ("eine Million"), names copied from the source (claim E15), a TSV
 corpus' capitals and punctuation. Default per source (``DEFAULT_NORMALIZATION``): numbers fold NFKC, punctuation,
-spaces and the case of the number words; a TSV corpus only NFC and whitespace.
+spaces and the case of the number words, and write "twenty one" as "twenty-one"; a TSV corpus only NFC and whitespace.
 
 A batch (``collate``) is a dict, padded per batch to its longest sequence::
 
@@ -50,7 +50,7 @@ from attnlab.data.errors import ConfigError, DataError
 from attnlab.data.hf_source import hf_options, hf_pairs, load_hf
 from attnlab.data.loading import BatchDataset, MidEpochResume, batch_loader
 from attnlab.data.normalization import TextNormalization
-from attnlab.data.numbers import load_or_generate_numbers
+from attnlab.data.numbers import SPOKEN_COMPOUNDS, load_or_generate_numbers
 from attnlab.data.parallel import (
     DEFAULT_BUCKET_EDGES,
     Pair,
@@ -69,7 +69,8 @@ SOURCES = ("numbers", "tsv", "hf")
 # five." or num2words' own "one million, two hundred" must reach the model as that training form. Case is folded
 # for the number words only (corpus_words), so that the names of copy pairs keep their capital (claim E15).
 DEFAULT_NORMALIZATION = {
-    "numbers": {"unicode": "NFKC", "remove": ",.;:!?", "whitespace": True, "case": "corpus_words"},
+    "numbers": {"unicode": "NFKC", "remove": ",.;:!?", "whitespace": True, "case": "corpus_words",
+                "replace": [list(SPOKEN_COMPOUNDS)]},  # conf/data/numbers.yaml says the same (tested)
     "tsv": {"unicode": "NFC", "remove": "", "whitespace": True, "case": "keep"},
 }
 DEFAULT_NORMALIZATION["hf"] = DEFAULT_NORMALIZATION["tsv"]
