@@ -69,6 +69,7 @@ class RMSNorm(nn.RMSNorm):
                 and self.weight.dtype == x.dtype and len(self.normalized_shape) == 1
                 and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling())
 
+
 class SequenceBatchNorm(nn.BatchNorm1d):
     """BatchNorm over the feature dimension of a (..., D) stream: statistics across every batch row and position.
 
