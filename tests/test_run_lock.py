@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from cli_checks import TINY, one_error_line, snapshot
 from helpers import run_cli
 
@@ -66,6 +68,20 @@ def test_an_uncreatable_run_folder_is_named_in_one_line(tmp_path, cache_dir):
     assert sweep.returncode == 2, sweep.stdout[-3000:]
     one_error_line(sweep.stdout, f"cannot create or write the run folder {blocker}/sweep")
     assert blocker.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("script", ["translate.py", "generate.py", "synthesize.py"])
+def test_inference_clis_name_an_uncreatable_run_folder_in_one_line(script, tmp_path):
+    """Before any checkpoint is read (the one given does not exist): one line, exit 2, not Hydra's traceback."""
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("not a folder")
+    extra = {"synthesize.py": ["text=hi"], "generate.py": ["prompt=hi"]}.get(script, [])
+    out = subprocess.run([sys.executable, script, f"ckpt={tmp_path}/none.ckpt", *extra,
+                          f"hydra.run.dir={blocker}/run"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "HYDRA_FULL_ERROR": "0"}, stdin=subprocess.DEVNULL)
+    assert out.returncode == 2, (out.stdout + out.stderr)[-3000:]
+    line = one_error_line(out.stdout + out.stderr, "cannot create or write the run folder")
+    assert f"{blocker}/run: Not a directory" in line and blocker.read_text() == "not a folder"
 
 
 def test_a_refused_run_leaves_no_folder_but_never_removes_an_earlier_one(tmp_path, cache_dir):

@@ -87,13 +87,17 @@ def claim(folder: Path) -> None:
         _refuse(e)
     except OSError as e:
         _remove_created(folder, top)
-        reason = e.strerror or str(e)
-        where = f" ({e.filename})" if e.filename and Path(str(e.filename)) != folder else ""
-        _refuse(FolderError(f"cannot create or write the run folder {folder}: {reason}{where}; "
-                            f"choose another hydra.run.dir / paths.log_dir"))
+        _refuse(_folder_error(folder, e))
     _locks[folder] = lock
     if top is not None:
         _created[folder] = top
+
+
+def _folder_error(folder: Path, e: OSError) -> FolderError:
+    reason = e.strerror or str(e)
+    where = f" ({e.filename})" if e.filename and Path(str(e.filename)) != folder else ""
+    return FolderError(f"cannot create or write the run folder {folder}: {reason}{where}; "
+                       f"choose another hydra.run.dir / paths.log_dir")
 
 
 def release(folder: Path) -> None:
@@ -175,6 +179,20 @@ def check_resume(config: DictConfig, run_dir: Path) -> None:
         _previous_configs[run_dir] = OmegaConf.load(run_dir / resume.SAVED_CONFIG)
     except Exception:  # noqa: BLE001 - no saved config: nothing to compare overrides with
         pass
+
+
+class RunFolderCheck(Callback):
+    """translate / generate / synthesize: a run folder that cannot be created (a path under a file, a read-only
+    disk) is one line and exit 2, not the traceback of Hydra's own makedirs. No lock: these runs only read a
+    checkpoint and write their outputs."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        HydraConfig.instance().set_config(config)  # as run_job does before it resolves hydra.run.dir
+        folder = Path(os.path.abspath(str(OmegaConf.select(config, "hydra.run.dir"))))
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            _refuse(_folder_error(folder, e))
 
 
 class RunFolderGuard(Callback):
