@@ -181,14 +181,19 @@ def check_resume(config: DictConfig, run_dir: Path) -> None:
         pass
 
 
+def _run_dir(config: DictConfig) -> Path:
+    """The single run's folder, ``hydra.run.dir`` resolved as Hydra will create it."""
+    HydraConfig.instance().set_config(config)  # as run_job does before it resolves hydra.run.dir
+    return Path(os.path.abspath(str(OmegaConf.select(config, "hydra.run.dir"))))
+
+
 class RunFolderCheck(Callback):
     """translate / generate / synthesize: a run folder that cannot be created (a path under a file, a read-only
     disk) is one line and exit 2, not the traceback of Hydra's own makedirs. No lock: these runs only read a
     checkpoint and write their outputs."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        HydraConfig.instance().set_config(config)  # as run_job does before it resolves hydra.run.dir
-        folder = Path(os.path.abspath(str(OmegaConf.select(config, "hydra.run.dir"))))
+        folder = _run_dir(config)
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -199,8 +204,7 @@ class RunFolderGuard(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not _launching_process():
             return
-        HydraConfig.instance().set_config(config)  # as run_job does before it resolves hydra.run.dir
-        run_dir = Path(os.path.abspath(str(OmegaConf.select(config, "hydra.run.dir"))))
+        run_dir = _run_dir(config)
         try:
             check_resume(config, run_dir)
         except UserError as e:

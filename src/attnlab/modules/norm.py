@@ -17,6 +17,12 @@ import torch
 from torch import Tensor, nn
 
 
+def _rstd(x: Tensor, eps: float) -> Tensor:
+    """1 / sqrt(mean(x²) + eps) over the last dimension, (..., 1). ||x||² / D: one reduction kernel (vector_norm)
+    where x.pow(2).mean() is a pass that writes x² first."""
+    return torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(x.shape[-1]).add_(eps).rsqrt_()
+
+
 class _RMSNormFunction(torch.autograd.Function):
     """y = x̂ · w with x̂ = x · rstd, rstd = 1 / sqrt(mean(x²) + eps) over the last dimension; the backward written out:
     g = dy · w, dx = rstd · (g − x̂ · mean(g · x̂)), dw = Σ_rows dy · x̂. Saves x̂ and rstd (the same memory as
@@ -24,8 +30,7 @@ class _RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
-        # ||x||² / D: one reduction kernel (vector_norm) where x.pow(2).mean() is a pass that writes x² first
-        rstd = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(x.shape[-1]).add_(eps).rsqrt_()
+        rstd = _rstd(x, eps)
         xhat = x * rstd
         ctx.save_for_backward(xhat, rstd, weight)
         return xhat * weight
@@ -61,8 +66,7 @@ class RMSNorm(nn.RMSNorm):
         eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
             return _RMSNormFunction.apply(x, self.weight, eps)
-        rstd = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(x.shape[-1]).add_(eps).rsqrt_()
-        return (x * rstd).mul_(self.weight)  # inference: no autograd, one new tensor
+        return (x * _rstd(x, eps)).mul_(self.weight)  # inference: no autograd, one new tensor
 
     def _fast_path(self, x: Tensor) -> bool:
         return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and self.weight is not None

@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError
 
@@ -234,12 +235,9 @@ def _bidirectional_gru(flat: Mapping[str, Any]) -> str | None:
 def _gpu_present(flat: Mapping[str, Any]) -> str | None:
     """trainer=gpu/ddp/fsdp on a machine without CUDA: Lightning's answer is a 4-line instantiate traceback."""
     accelerator = flat.get("trainer.accelerator")
-    if accelerator in ("gpu", "cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            return (f"trainer.accelerator={accelerator} but this machine has no CUDA GPU (torch.cuda.is_available() "
-                    f"is False): use trainer=cpu, or trainer=ddp_cpu for DDP with 2 processes on CPU")
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        return (f"trainer.accelerator={accelerator} but this machine has no CUDA GPU (torch.cuda.is_available() "
+                f"is False): use trainer=cpu, or trainer=ddp_cpu for DDP with 2 processes on CPU")
     return None
 
 
