@@ -7,6 +7,6 @@ from setuptools import find_packages, setup
 setup(
     packages=[*find_packages("src"), "attnlab.conf"],
     package_dir={"": "src", "attnlab.conf": "conf"},
-    package_data={"attnlab.conf": ["**/*.yaml"]},
+    package_data={"attnlab.conf": ["**/*.yaml"], "attnlab.explorer": ["template.html"]},  # the explorer's page
     exclude_package_data={"attnlab.conf": ["local/*"]},  # machine-local overrides (git-ignored) stay on the machine
 )

@@ -40,6 +40,16 @@ and logs it to every :class:`~lightning.pytorch.loggers.WandbLogger` of the trai
 ``attention/<module_name>`` at ``trainer.global_step``. The train/eval mode of every submodule is restored.
 ``last_paths`` holds the files written by the last call.
 
+The explorer
+------------
+With ``explorer`` on (the default), the same captured maps also go, 8-bit quantized, into an
+:class:`~attnlab.explorer.ExplorerRecord` that holds every logged epoch (the last ``explorer_epochs``); after each
+capture the callback rewrites ``<run dir>/attention/explorer.html`` (one self-contained page, docs/explorer.md),
+and at the end of fit logs it to every W&B logger as ``attention/explorer`` (``wandb.Html(..., inject=False)``).
+A task with ``explorer_view(maps, sample)`` (:class:`~attnlab.tasks.protocols.ExplorerViewSource`) adds its
+family's view (the ViT's image and rollout, the TTS guide). Cost: quantizing a few maps and writing a file of
+tens to hundreds of kB at the interval, no extra forward pass.
+
 The extra forward runs on rank zero only, on the unwrapped LightningModule, so it works with DDP but not with
 strategies that shard parameters across ranks (FSDP, DeepSpeed stage 3: the other ranks would not join the
 gathers). Cost: one batch-1 forward plus roughly 0.2–1.5 s of matplotlib per layer (more heads/tokens: slower).
@@ -55,10 +65,10 @@ import torch
 from lightning.pytorch.utilities import move_data_to_device, rank_zero_warn
 
 from ..modules.attention import capture_attention
-from ..tasks.protocols import AttentionSample, AttentionSource, RendersAttention
+from ..tasks.protocols import AttentionSample, AttentionSource, ExplorerViewSource, RendersAttention
 from ..utils.config import at_least
 from ..utils.plotting import attention_heatmap_figure, file_stem, save_figure
-from .media import log_image, run_dir
+from .media import log_image, run_dir, wandb_loggers
 
 __all__ = ["AttentionMapCallback"]
 
@@ -74,6 +84,9 @@ class AttentionMapCallback(L.Callback):
         max_heads: at most this many heads per figure.
         dirname: folder under ``trainer.default_root_dir`` (the Hydra run dir in this repo's train config).
         dirpath: write here instead of ``trainer.default_root_dir/dirname``.
+        explorer: also keep the maps for the explorer page and write/log it (module docstring).
+        explorer_epochs: the page keeps the last N logged epochs (None: all).
+        explorer_path: the page's file (None: ``trainer.default_root_dir/attention/explorer.html``).
     """
 
     def __init__(
@@ -84,6 +97,9 @@ class AttentionMapCallback(L.Callback):
         max_heads: int = 8,
         dirname: str = "attention_maps",
         dirpath: str | Path | None = None,
+        explorer: bool = True,
+        explorer_epochs: int | None = None,
+        explorer_path: str | Path | None = None,
     ):
         super().__init__()
         at_least("every_n_epochs", every_n_epochs, 1)
@@ -95,6 +111,11 @@ class AttentionMapCallback(L.Callback):
         self.dirpath = dirpath
         self.last_paths: list[Path] = []
         self._warned: set[str] = set()
+        self.explorer = explorer
+        self.explorer_epochs = explorer_epochs
+        self.explorer_path = explorer_path
+        self.record = None  # ExplorerRecord once the first maps are captured
+        self.explorer_file: Path | None = None
 
     # ------------------------------------------------------------------ helpers
     def _warn_once(self, key: str, message: str) -> None:
@@ -160,6 +181,8 @@ class AttentionMapCallback(L.Callback):
             )
             return []
 
+        if self.explorer:
+            self._explore(trainer, pl_module, maps, sample)
         out_dir = self._out_dir(trainer)
         if isinstance(pl_module, RendersAttention):
             paths = []
@@ -188,3 +211,30 @@ class AttentionMapCallback(L.Callback):
             paths.append(path)
             log_image(trainer, f"attention/{name}", path)
         return paths
+
+    # ------------------------------------------------------------------ explorer
+    def _explore(self, trainer: L.Trainer, pl_module: L.LightningModule, maps, sample: AttentionSample) -> None:
+        """Add this epoch's maps to the record and rewrite the page (the maps are already captured: no forward)."""
+        from ..explorer import ExplorerRecord, write_page
+
+        if self.record is None:
+            self.record = ExplorerRecord(run_dir(trainer).name, max_tokens=self.max_tokens,
+                                         max_epochs=self.explorer_epochs)
+        view = pl_module.explorer_view(dict(maps), sample) if isinstance(pl_module, ExplorerViewSource) else None
+        self.record.add(trainer.current_epoch, trainer.global_step, maps, sample, view)
+        path = Path(self.explorer_path) if self.explorer_path is not None else \
+            run_dir(trainer) / "attention" / "explorer.html"
+        self.explorer_file = write_page(self.record.payload(), path)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Log the page (every epoch it holds) once: W&B keeps one file, not one per epoch."""
+        if not trainer.is_global_zero or self.explorer_file is None or not self.explorer_file.is_file():
+            return
+        loggers = wandb_loggers(trainer)
+        if not loggers:
+            return
+        import wandb
+
+        html = self.explorer_file.read_text(encoding="utf-8")
+        for lg in loggers:
+            lg.log_metrics({"attention/explorer": wandb.Html(html, inject=False)}, step=trainer.global_step)

@@ -6,7 +6,8 @@ and does nothing for a task without it, so a callback can be on for every model 
 
 * :class:`StepOutput`: what a task's :meth:`~attnlab.tasks.base.Task.step` returns to the base task's one
   template step (which adds and logs the MoE terms and logs the metrics).
-* :class:`AttentionSample`, :class:`AttentionFigure`: attention maps (:mod:`attnlab.callbacks.attention_maps`).
+* :class:`AttentionSample`, :class:`AttentionFigure`: attention maps (:mod:`attnlab.callbacks.attention_maps`), and
+  :class:`ExplorerViewSource`: what a family adds to the explorer page (:mod:`attnlab.explorer`).
 * :class:`TranslationRow`: the translation table (:mod:`attnlab.callbacks.translation_table`).
 * :class:`ListeningSample`: TTS mels, alignment and audio (:mod:`attnlab.callbacks.tts_samples`).
 * :class:`ConfusionResult`: a confusion matrix (:mod:`attnlab.callbacks.confusion_matrix`).
@@ -95,6 +96,13 @@ class AttentionSource(Protocol):
 class RendersAttention(Protocol):
     def render_attention(self, maps: dict[str, Tensor], sample: AttentionSample) -> list[AttentionFigure]:
         """Draw the captured maps (module name -> (B, H, Tq, Tk)) itself instead of the token heatmaps."""
+
+
+@runtime_checkable
+class ExplorerViewSource(Protocol):
+    def explorer_view(self, maps: dict[str, Tensor], sample: AttentionSample) -> dict[str, Any]:
+        """What the family adds to the attention explorer's page (:func:`attnlab.explorer.views.image_view`,
+        :func:`~attnlab.explorer.views.speech_view`); tasks without it get the tokens page."""
 
 
 # --- the translation table -------------------------------------------------------------------------------------------

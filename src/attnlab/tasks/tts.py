@@ -199,6 +199,12 @@ class TTSTask(Task):
     def attention_forward(self, text, text_lengths, mel, mel_lengths):
         return self.net(text, text_lengths, mel, mel_lengths)
 
+    def explorer_view(self, maps: dict[str, Tensor], sample: AttentionSample) -> dict:
+        """The explorer page's speech view: every frame, and the guide's width (attnlab.explorer)."""
+        from ..explorer.views import speech_view
+
+        return speech_view(self.guided.get("sigma") if self.guided.get("enabled", True) else None)
+
     def render_attention(self, maps: dict[str, Tensor], sample: AttentionSample) -> list[AttentionFigure]:
         """Teacher-forced cross-attention of every decoder layer, one panel per head, uncropped: characters across,
         decoder steps down (a good alignment is a diagonal from top left to bottom right)."""

@@ -95,6 +95,19 @@ class ImageClassificationTask(ClassificationTask):
         self._sample_pred = int(logits[0].argmax())  # shown in the rollout's title
         return logits
 
+    def explorer_view(self, maps: dict[str, Tensor], sample: AttentionSample) -> dict:
+        """The explorer page's image view: the sample image, its patch grid and the rollout (attnlab.explorer)."""
+        from ..explorer.views import image_view
+
+        image, label = self._example()
+        dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        display = dm.denormalize(image[0].cpu()) if hasattr(dm, "denormalize") else image[0]
+        classes = self._class_names()
+        name_of = lambda k: classes[k] if classes and 0 <= k < len(classes) else str(k)  # noqa: E731
+        caption = f"label {name_of(int(label))}" + (
+            f", predicted {name_of(self._sample_pred)}" if self._sample_pred is not None else "")
+        return image_view(maps, display, self.net.grid, self.net.prefix, self.net.pool, caption)
+
     def render_attention(self, maps: dict[str, Tensor], sample: AttentionSample) -> list[AttentionFigure]:
         """Draw the captured attention over the sample image (called by AttentionMapCallback, which saves them).
 

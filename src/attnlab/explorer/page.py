@@ -1,0 +1,37 @@
+"""One HTML file: the viewer (template.html, shipped in the package) with the record's JSON inlined."""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+__all__ = ["page_html", "write_page"]
+
+_MARK = "/*__ATTNLAB_DATA__*/null"
+
+
+def _template() -> str:
+    return resources.files(__package__).joinpath("template.html").read_text(encoding="utf-8")
+
+
+def page_html(payload: dict[str, Any]) -> str:
+    """The page for a record's payload. ``</`` is escaped in the JSON so that no token text can close the
+    script element."""
+    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    html = _template()
+    if _MARK not in html:
+        raise RuntimeError("attnlab/explorer/template.html lost its data marker")
+    return html.replace(_MARK, data, 1)
+
+
+def write_page(payload: dict[str, Any], path: str | Path) -> Path:
+    """Write the page atomically (a reader, or W&B, never sees half a file); returns its path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(page_html(payload), encoding="utf-8")
+    os.replace(tmp, path)
+    return path

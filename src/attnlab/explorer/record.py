@@ -1,0 +1,112 @@
+"""The maps an explorer page holds: every logged epoch's captured maps, 8-bit quantized per row.
+
+Storage: each map (heads, queries, keys) of the first sample is stored as one byte per weight, ``round(255 * w /
+row max)``, plus the row's maximum as a float32, both base64 in the page's JSON. A weight reads back within
+``row max / 510`` (0.2 % of the row's largest weight: small weights of a long row keep their relative precision,
+which absolute 8-bit steps of 1/255 would not) at about 1 byte per weight (4/3 with base64). Only the captured
+heads and the positions the PNG callback draws (``max_tokens``) are kept; image and speech maps are kept whole.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..tasks.protocols import AttentionSample
+
+__all__ = ["ExplorerRecord", "quantize", "dequantize", "natural_key"]
+
+
+def natural_key(name: str) -> list:
+    """``blocks.2`` before ``blocks.10``: digits compare as numbers."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def _b64(a: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(a).tobytes()).decode("ascii")
+
+
+def quantize(w: Tensor) -> dict[str, Any]:
+    """(H, Tq, Tk) non-negative weights -> {"shape", "q": uint8 bytes, "scale": float32 row maxima}, base64."""
+    w = w.detach().float().cpu().clamp_min(0)
+    scale = w.amax(-1, keepdim=True)  # (H, Tq, 1)
+    q = torch.where(scale > 0, w / scale.clamp_min(torch.finfo(torch.float32).tiny), torch.zeros_like(w))
+    q = (q * 255).round().clamp(0, 255).to(torch.uint8)
+    return {"shape": list(w.shape), "q": _b64(q.numpy()), "scale": _b64(scale[..., 0].numpy().astype("<f4"))}
+
+
+def dequantize(entry: Mapping[str, Any]) -> np.ndarray:
+    """The weights a page shows for a stored map (the page's JavaScript computes the same)."""
+    h, tq, tk = entry["shape"]
+    q = np.frombuffer(base64.b64decode(entry["q"]), dtype=np.uint8).reshape(h, tq, tk).astype(np.float32)
+    scale = np.frombuffer(base64.b64decode(entry["scale"]), dtype="<f4").reshape(h, tq, 1)
+    return q / 255.0 * scale
+
+
+def _fit(labels: Sequence[str] | None, n: int) -> list[str]:
+    """Names for n positions: the given ones when they match, else their indices."""
+    labels = list(labels or [])[:n]
+    return [str(x) for x in labels] if len(labels) == n else [str(i) for i in range(n)]
+
+
+class ExplorerRecord:
+    """Every logged epoch's maps of one fixed sample (the page's epoch slider), and what the family adds.
+
+    Args:
+        title: the page's heading (the run folder's name).
+        max_tokens: keep the first ``max_tokens`` queries and keys of token maps (the PNG callback's crop); maps the
+            family marks ``whole`` (image patches, speech frames) are kept whole. None: every position.
+        max_epochs: keep the last N epochs only (None: all).
+    """
+
+    def __init__(self, title: str = "attention", max_tokens: int | None = None, max_epochs: int | None = None):
+        self.title = title
+        self.max_tokens = max_tokens
+        self.max_epochs = max_epochs
+        self.modules: dict[str, dict[str, Any]] = {}
+        self.epochs: list[dict[str, Any]] = []
+        self.view: dict[str, Any] = {"family": "tokens"}
+
+    def add(self, epoch: int, step: int, maps: Mapping[str, Tensor], sample: AttentionSample | None = None,
+            view: Mapping[str, Any] | None = None) -> None:
+        """Record the captured maps (module name -> (B, H, Tq, Tk); the first sample is kept) of one epoch.
+
+        ``view``: what the task adds for its family (:meth:`explorer_view`): ``family`` ("tokens", "image",
+        "speech"), ``maps`` (extra maps such as the rollout, recorded like modules), ``whole`` (keep uncropped),
+        ``epoch`` (per-epoch notes: a caption), and anything else the page reads (image, grid, audio).
+        """
+        view = dict(view or {})
+        extra = view.pop("maps", {}) or {}
+        per_epoch = view.pop("epoch", {}) or {}
+        whole = bool(view.pop("whole", False))
+        self.view.update(view)
+        entry: dict[str, Any] = {"epoch": int(epoch), "step": int(step), "maps": {}, **per_epoch}
+        all_maps = {**dict(maps), **dict(extra)}
+        for name in sorted(maps, key=natural_key) + list(extra):
+            w = all_maps[name][0]
+            if self.max_tokens is not None and not whole:
+                w = w[:, : self.max_tokens, : self.max_tokens]
+            ql, kl = sample.labels_for(name) if sample is not None else (None, None)
+            self.modules[name] = {
+                "name": name,
+                "kind": "cross" if "cross" in name else ("derived" if name in extra else "self"),
+                "queries": _fit(ql, w.shape[-2]),
+                "keys": _fit(kl, w.shape[-1]),
+            }
+            entry["maps"][name] = quantize(w)
+        self.epochs = [e for e in self.epochs if e["epoch"] != entry["epoch"]] + [entry]
+        if self.max_epochs is not None:
+            self.epochs = self.epochs[-self.max_epochs:]
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON the page embeds."""
+        return {"title": self.title, "view": self.view, "modules": list(self.modules.values()), "epochs": self.epochs}
+
+    def __bool__(self) -> bool:
+        return bool(self.epochs)

@@ -1,0 +1,65 @@
+"""What the image and speech families add to an explorer page: the picture, the rollout, the guide, the audio.
+
+Tasks call these from their ``explorer_view(maps, sample)`` (the optional protocol
+:class:`~attnlab.tasks.protocols.ExplorerViewSource`); everything is inlined as ``data:`` URIs, so the page still
+requests nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+import numpy as np
+
+from torch import Tensor
+
+__all__ = ["png_data_uri", "wav_data_uri", "image_view", "speech_view"]
+
+
+def png_data_uri(image: Tensor | np.ndarray) -> str:
+    """(C, H, W) or (H, W) image, any range (min-max scaled like the PNG figures) -> a PNG ``data:`` URI."""
+    from PIL import Image
+
+    from ..utils.vision_plots import image_to_display
+
+    arr = (np.asarray(image_to_display(image), dtype=np.float32) * 255).round().clip(0, 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def wav_data_uri(wave: Tensor | np.ndarray, sample_rate: int) -> str:
+    """A mono waveform -> a 16-bit WAV ``data:`` URI."""
+    import soundfile as sf
+
+    w = wave.detach().float().cpu().numpy() if isinstance(wave, Tensor) else np.asarray(wave, dtype=np.float32)
+    buf = io.BytesIO()
+    sf.write(buf, np.clip(w.reshape(-1), -1, 1), int(sample_rate), format="WAV", subtype="PCM_16")
+    return "data:audio/wav;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def image_view(maps: dict[str, Tensor], image: Tensor, grid: int, prefix: int, pool: str,
+               caption: str = "") -> dict[str, Any]:
+    """The ViT's page: the image, its patch grid, and the rollout through every layer as one more map."""
+    from ..analysis.rollout import attention_rollout
+    from .record import natural_key
+
+    names = sorted(maps, key=natural_key)
+    rollout = attention_rollout([maps[n][:1].float() for n in names])[:, None]  # (1, 1, T, T)
+    return {"family": "image", "image": png_data_uri(image), "grid": int(grid), "prefix": int(prefix),
+            "pool": pool, "whole": True, "maps": {"rollout": rollout}, "epoch": {"caption": caption}}
+
+
+def speech_view(guide_sigma: float | None = None, wave: Tensor | None = None,
+                sample_rate: int | None = None) -> dict[str, Any]:
+    """The TTS page: maps whole (every frame), the guide's width, and the audio when there is some."""
+    view: dict[str, Any] = {"family": "speech", "whole": True}
+    if guide_sigma is not None:
+        view["guide_g"] = float(guide_sigma)
+    if wave is not None and sample_rate:
+        view["audio"] = wav_data_uri(wave, sample_rate)
+    return view
+
+
