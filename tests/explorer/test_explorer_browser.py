@@ -1,0 +1,167 @@
+"""The attention explorer page in a real browser: headless Chromium (Debian's ``chromium``) driven by playwright,
+JavaScript on, network off.
+
+A tiny model of each family (``debug=fast`` and smaller) trains for two epochs in-process with the real
+AttentionMapCallback, which writes the page; a second callback captures the same maps in float32 at the same
+moments. Through the DOM, for every epoch on the slider, every layer (and the ViT's rollout), every head and the mean
+over heads, and a first, middle and last query (hovering a token, or a patch of the image), the weights the page
+shows equal that row of the captured map within the 8-bit storage's bound (row max / 510, + display rounding). The
+page logs no console error and requests nothing but itself.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import hydra
+import lightning as L
+import pytest
+import torch
+
+from attnlab.analysis.rollout import attention_rollout
+from attnlab.callbacks.attention_maps import AttentionMapCallback
+from attnlab.explorer.record import natural_key
+from attnlab.modules.attention import capture_attention
+from attnlab.train import build_model
+from helpers import compose_train
+
+playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+
+# a high learning rate so that two steps move the maps enough to tell the epochs apart on the slider
+FAST = ["model.optimizer.lr=0.03", "model.scheduler.warmup_steps=1", "logger=none"]
+FAMILIES = {
+    "translation": ["debug=fast", "model.net.d_model=16", "model.net.n_layers=1", *FAST],
+    "vit": ["model=vit", "debug=fast", "model.net.n_layers=2", *FAST],
+}
+
+
+class Snapshot(L.Callback):
+    """The float32 maps of the attention sample at each validation end (what the page stores, unquantized)."""
+
+    def __init__(self):
+        self.maps: list[dict[str, torch.Tensor]] = []
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        if trainer.sanity_checking:
+            return
+        sample = pl_module.attention_sample(16)
+        pl_module.eval()
+        with torch.no_grad(), capture_attention(pl_module) as maps:
+            pl_module.attention_forward(**sample.inputs)
+        pl_module.train()
+        maps = {n: w[0].float() for n, w in maps.items()}
+        if hasattr(pl_module.net, "grid"):
+            names = sorted(maps, key=natural_key)
+            maps["rollout"] = attention_rollout([maps[n] for n in names])[None]  # (1, T, T)
+        self.maps.append(maps)
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def family_page(request, tmp_path_factory, cache_dir):
+    torch.manual_seed(0)
+    tmp = tmp_path_factory.mktemp(request.param)
+    cfg = compose_train(FAMILIES[request.param], tmp, cache_dir)
+    dm = hydra.utils.instantiate(cfg.data)
+    model = build_model(cfg.model)
+    page = tmp / "attention" / "explorer.html"
+    # max_layers=0: no PNGs for the token families (the explorer keeps every layer regardless)
+    snap = Snapshot()
+    trainer = L.Trainer(max_epochs=2, limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=0,
+                        accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp,
+                        callbacks=[AttentionMapCallback(max_tokens=16, max_layers=0, dirpath=tmp / "png"), snap])
+    trainer.fit(model, datamodule=dm)
+    assert page.is_file() and len(snap.maps) == 2
+    return request.param, page, snap.maps
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+def open_page(browser, path):
+    ctx = browser.new_context(offline=True, viewport={"width": 1200, "height": 1000})
+    page = ctx.new_page()
+    errors, requests = [], []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(path.as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    return ctx, page, errors, requests
+
+
+def shown_row(page) -> torch.Tensor:
+    return torch.tensor([float(x) for x in page.get_attribute("#readout", "data-row").split(",")], dtype=torch.float32)
+
+
+def check_row(shown: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    assert shown.shape == want.shape, what
+    tol = float(want.max()) / 510 + 6e-5  # 8-bit per-row storage + the page's 4 decimals
+    assert torch.allclose(shown, want, rtol=0, atol=tol), f"{what}: page {shown.tolist()} vs {want.tolist()}"
+
+
+def test_page_shows_the_captured_rows(browser, family_page):
+    family, path, snaps = family_page
+    ctx, page, errors, requests = open_page(browser, path)
+    try:
+        modules = page.eval_on_selector_all("#module option", "os => os.map(o => o.value)")
+        assert set(modules) == set(snaps[0]), modules
+        grid = page.evaluate("() => JSON.parse(document.getElementById('attnlab-data').textContent).view.grid || 0")
+        prefix = page.evaluate("() => JSON.parse(document.getElementById('attnlab-data').textContent).view.prefix || 0")
+        checked = 0
+        for epoch, maps in enumerate(snaps):
+            page.eval_on_selector("#epoch", "(e, v) => { e.value = v; e.dispatchEvent(new Event('input')); }",
+                                  str(epoch))
+            assert page.text_content("#epoch-label").startswith(f"{epoch} ")
+            for name in modules:
+                page.select_option("#module", name)
+                w = maps[name]
+                if family == "translation":
+                    w = w[:, :16, :16]
+                heads = page.eval_on_selector_all("#head option", "os => os.map(o => o.value)")
+                assert heads == (["mean"] if w.shape[0] > 1 else []) + [str(h) for h in range(w.shape[0])]
+                for head in heads:
+                    page.select_option("#head", head)
+                    m = w.mean(0) if head == "mean" else w[int(head)]
+                    first = prefix if family == "vit" else 0
+                    for q in sorted({first, (first + m.shape[0] - 1) // 2, m.shape[0] - 1}):
+                        if family == "vit":  # hover the patch in the image
+                            box = page.locator("#image-canvas").bounding_box()
+                            i = q - prefix
+                            cell = box["width"] / grid
+                            page.mouse.move(box["x"] + (i % grid + 0.5) * cell, box["y"] + (i // grid + 0.5) * cell)
+                        else:  # hover the query token
+                            page.hover(f"#queries .tok[data-i='{q}']")
+                        assert page.get_attribute("#readout", "data-query") == str(q)
+                        check_row(shown_row(page), m[q], f"{family} epoch {epoch} {name} head {head} query {q}")
+                        keys = page.eval_on_selector_all("#keys .tok", "ts => ts.map(t => Number(t.dataset.weight))")
+                        check_row(torch.tensor(keys, dtype=torch.float32), m[q], f"{family} key tokens")
+                        checked += 1
+            if family == "vit":  # the class-token and mean-query buttons
+                page.select_option("#module", "rollout")
+                page.click("#q-mean")
+                check_row(shown_row(page), maps["rollout"][0, prefix:].mean(0), f"vit epoch {epoch} mean query")
+                if prefix:
+                    page.click("#q-cls")
+                    check_row(shown_row(page), maps["rollout"][0, 0], f"vit epoch {epoch} class token")
+                page.keyboard.press("Escape")  # the buttons pin their query; Esc lets hovering choose again
+        assert checked >= 2 * len(modules) * 3
+        # the slider switches maps: the two epochs' maps differ, and each epoch showed its own (checked above)
+        assert any(not torch.allclose(snaps[0][n], snaps[1][n], atol=1e-3) for n in snaps[0])
+        # a thumbnail of the small multiples selects its layer and head
+        thumb = page.locator("#grid canvas").nth(1)
+        page.eval_on_selector("#module", "e => e.selectedIndex = 0")
+        thumb.click()
+        assert page.input_value("#module") == thumb.get_attribute("data-module")
+        assert page.input_value("#head") == thumb.get_attribute("data-head")
+        assert errors == []
+        assert requests == [path.as_uri()], requests  # itself only: scripts, styles and the image are inline
+    finally:
+        ctx.close()
