@@ -51,3 +51,19 @@ def run_bench_quick(only: str) -> str:
                          stderr=subprocess.STDOUT, text=True, timeout=120)
     assert out.returncode == 0, out.stdout
     return out.stdout
+
+
+def explorer_data(run_dir: Path | str) -> dict:
+    """The JSON inside a run's attention explorer page (``<run>/attention/explorer.html``)."""
+    import json
+    import re
+
+    html = (Path(run_dir) / "attention" / "explorer.html").read_text(encoding="utf-8")
+    m = re.search(r'<script id="attnlab-data" type="application/json">(.*?)</script>', html, re.S)
+    return json.loads(m.group(1).replace("<\\/", "</"))
+
+
+def wandb_html_keys(run_dir: Path | str) -> set[str]:
+    """The keys of the HTML media an offline W&B run under ``run_dir`` logged (media/html/<key>_<step>_<hash>.html)."""
+    (run,) = (Path(run_dir) / "wandb").glob("offline-run-*")
+    return {p.parent.name + "/" + p.name.rsplit("_", 2)[0] for p in run.glob("files/media/html/**/*.html")}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from cli_checks import TINY, one_error_line
-from helpers import compose_train, run_cli
+from helpers import compose_train, explorer_data, run_cli
 from workspace_checks import check_leet_opens, check_sweep_workspace
 
 from attnlab.train import run
@@ -42,6 +42,9 @@ def test_fast_run_trains_checkpoints_maps_and_measures(tmp_path, cache_dir):
     maps = sorted((tmp_path / "attention_maps").glob("epoch*/*.png"))
     assert {p.name for p in maps} == {"net.decoder.layers.0.self_attn.png", "net.decoder.layers.1.self_attn.png"}
     assert len({p.parent for p in maps}) == 2  # one folder per validation epoch
+    page = explorer_data(tmp_path)  # the attention explorer holds both epochs of the same maps
+    assert [e["epoch"] for e in page["epochs"]] == [0, 1] and page["view"]["family"] == "tokens"
+    assert {m["name"] for m in page["modules"]} == {"net.decoder.layers.0.self_attn", "net.decoder.layers.1.self_attn"}
     # the other families' output callbacks are on by default too, and write nothing for a language model
     assert not [n for n in ("translations", "tts_samples", "confusion_matrix", "test_by_distance.json")
                 if (tmp_path / n).exists()]

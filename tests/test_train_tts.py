@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 import torch
-from helpers import compose_train
+from helpers import compose_train, explorer_data, wandb_html_keys
 
 from attnlab.paths import ROOT
 from attnlab.train import build_model, run
@@ -57,6 +57,10 @@ def test_train_tts_logs_metrics_samples_and_attention_maps(tts_run):
     media = {p.parent.name + "/" + p.name.rsplit("_", 2)[0] for p in wandb_run.glob("files/media/**/*.*")
              if p.suffix in (".png", ".wav")}
     assert {"tts/mel", "tts/alignment", "tts/audio", "attention/net.decoder.layers.1.cross_attn"} <= media, media
+    page = explorer_data(out)  # the attention explorer: every frame of the cross-attention, the guide's width
+    assert page["view"]["family"] == "speech" and page["view"]["guide_g"] > 0
+    assert {"net.decoder.layers.0.cross_attn", "net.decoder.layers.1.cross_attn"} <= {m["name"] for m in page["modules"]}
+    assert wandb_html_keys(out) == {"attention/explorer"}
     assert (out / "checkpoints" / "last.ckpt").is_file()
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import compose_train
+from helpers import compose_train, explorer_data, wandb_html_keys
 from hydra.errors import InstantiationException
 from omegaconf import OmegaConf
 
@@ -49,6 +49,11 @@ def test_vit_fast_run_metrics_confusion_and_attention_maps(tmp_path, cache_dir):
     media = {p.parent.name + "/" + p.name.rsplit("_", 2)[0] for p in wandb_run.glob("files/media/images/**/*.png")}
     assert media == {"attention/net.encoder.layers.0.self_attn", "attention/net.encoder.layers.1.self_attn", "attention/rollout",
                      "confusion_matrix/val", "confusion_matrix/test"}
+    # the attention explorer: both epochs, the image view with the rollout, logged to W&B once as HTML
+    page = explorer_data(tmp_path)
+    assert [e["epoch"] for e in page["epochs"]] == [0, 1] and page["view"]["family"] == "image"
+    assert page["modules"][-1]["name"] == "rollout" and page["view"]["image"].startswith("data:image/png;base64,")
+    assert wandb_html_keys(tmp_path) == {"attention/explorer"}
 
 
 def test_vit_block_groups_class_token_and_checkpoint(tmp_path, cache_dir):

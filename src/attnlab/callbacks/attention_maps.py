@@ -218,7 +218,8 @@ class AttentionMapCallback(L.Callback):
         from ..explorer import ExplorerRecord, write_page
 
         if self.record is None:
-            self.record = ExplorerRecord(run_dir(trainer).name, max_tokens=self.max_tokens,
+            self.record = ExplorerRecord(f"{type(pl_module).__name__} · {run_dir(trainer).name}",
+                                         max_tokens=self.max_tokens,
                                          max_epochs=self.explorer_epochs)
         view = pl_module.explorer_view(dict(maps), sample) if isinstance(pl_module, ExplorerViewSource) else None
         self.record.add(trainer.current_epoch, trainer.global_step, maps, sample, view)

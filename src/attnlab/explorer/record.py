@@ -20,12 +20,17 @@ from torch import Tensor
 
 from ..tasks.protocols import AttentionSample
 
-__all__ = ["ExplorerRecord", "quantize", "dequantize", "natural_key"]
+__all__ = ["ExplorerRecord", "quantize", "dequantize", "natural_key", "module_order"]
 
 
 def natural_key(name: str) -> list:
     """``blocks.2`` before ``blocks.10``: digits compare as numbers."""
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def module_order(name: str) -> tuple:
+    """The page's order: the encoder before the decoder (the way the data flows), then by layer number."""
+    return (0 if "encoder" in name else 1 if "decoder" in name else 2, natural_key(name))
 
 
 def _b64(a: np.ndarray) -> str:
@@ -88,7 +93,7 @@ class ExplorerRecord:
         self.view.update(view)
         entry: dict[str, Any] = {"epoch": int(epoch), "step": int(step), "maps": {}, **per_epoch}
         all_maps = {**dict(maps), **dict(extra)}
-        for name in sorted(maps, key=natural_key) + list(extra):
+        for name in sorted(maps, key=module_order) + list(extra):
             w = all_maps[name][0]
             if self.max_tokens is not None and not whole:
                 w = w[:, : self.max_tokens, : self.max_tokens]
