@@ -27,6 +27,7 @@ COMPARISONS = {
     "P7": "p7_monitor",
     "P8": "p8_gqa",
     "P9": "p9_norms",
+    "P10": "p10_attention_callback",
 }
 
 

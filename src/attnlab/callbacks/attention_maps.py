@@ -87,6 +87,7 @@ class AttentionMapCallback(L.Callback):
         explorer: also keep the maps for the explorer page and write/log it (module docstring).
         explorer_epochs: the page keeps the last N logged epochs (None: all).
         explorer_path: the page's file (None: ``trainer.default_root_dir/attention/explorer.html``).
+        health: log the attention-health scalars of the same maps (:mod:`attnlab.analysis.attention_health`).
     """
 
     def __init__(
@@ -100,6 +101,7 @@ class AttentionMapCallback(L.Callback):
         explorer: bool = True,
         explorer_epochs: int | None = None,
         explorer_path: str | Path | None = None,
+        health: bool = True,
     ):
         super().__init__()
         at_least("every_n_epochs", every_n_epochs, 1)
@@ -114,6 +116,8 @@ class AttentionMapCallback(L.Callback):
         self.explorer = explorer
         self.explorer_epochs = explorer_epochs
         self.explorer_path = explorer_path
+        self.health = health
+        self.last_health: dict[str, float] = {}
         self.record = None  # ExplorerRecord once the first maps are captured
         self.explorer_file: Path | None = None
 
@@ -181,8 +185,12 @@ class AttentionMapCallback(L.Callback):
             )
             return []
 
+        view = pl_module.explorer_view(dict(maps), sample) if (
+            (self.explorer or self.health) and isinstance(pl_module, ExplorerViewSource)) else None
+        if self.health:
+            self._log_health(trainer, maps, view or {})
         if self.explorer:
-            self._explore(trainer, pl_module, maps, sample)
+            self._explore(trainer, maps, sample, view)
         out_dir = self._out_dir(trainer)
         if isinstance(pl_module, RendersAttention):
             paths = []
@@ -213,15 +221,24 @@ class AttentionMapCallback(L.Callback):
         return paths
 
     # ------------------------------------------------------------------ explorer
-    def _explore(self, trainer: L.Trainer, pl_module: L.LightningModule, maps, sample: AttentionSample) -> None:
+    def _log_health(self, trainer: L.Trainer, maps, view: dict) -> None:
+        """The attention-health scalars of this epoch's maps to every logger, at the trainer's step."""
+        from ..analysis.attention_health import attention_health
+
+        self.last_health = attention_health(maps, grid=view.get("grid"), prefix=view.get("prefix", 0),
+                                            patch_px=view.get("patch_px", 1.0))
+        for lg in trainer.loggers:
+            lg.log_metrics(self.last_health, step=trainer.global_step)
+
+    def _explore(self, trainer: L.Trainer, maps, sample: AttentionSample, view: dict | None) -> None:
         """Add this epoch's maps to the record and rewrite the page (the maps are already captured: no forward)."""
         from ..explorer import ExplorerRecord, write_page
 
+        pl_module = trainer.lightning_module
         if self.record is None:
             self.record = ExplorerRecord(f"{type(pl_module).__name__} · {run_dir(trainer).name}",
                                          max_tokens=self.max_tokens,
                                          max_epochs=self.explorer_epochs)
-        view = pl_module.explorer_view(dict(maps), sample) if isinstance(pl_module, ExplorerViewSource) else None
         self.record.add(trainer.current_epoch, trainer.global_step, maps, sample, view)
         path = Path(self.explorer_path) if self.explorer_path is not None else \
             run_dir(trainer) / "attention" / "explorer.html"

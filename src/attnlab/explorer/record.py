@@ -84,16 +84,19 @@ class ExplorerRecord:
 
         ``view``: what the task adds for its family (:meth:`explorer_view`): ``family`` ("tokens", "image",
         "speech"), ``maps`` (extra maps such as the rollout, recorded like modules), ``whole`` (keep uncropped),
+        ``keep`` (record only the modules whose name contains it),
         ``epoch`` (per-epoch notes: a caption), and anything else the page reads (image, grid, audio).
         """
         view = dict(view or {})
         extra = view.pop("maps", {}) or {}
         per_epoch = view.pop("epoch", {}) or {}
         whole = bool(view.pop("whole", False))
+        keep = view.pop("keep", None)  # a substring: only those modules (the TTS keeps its cross-attention)
         self.view.update(view)
         entry: dict[str, Any] = {"epoch": int(epoch), "step": int(step), "maps": {}, **per_epoch}
         all_maps = {**dict(maps), **dict(extra)}
-        for name in sorted(maps, key=module_order) + list(extra):
+        names = [n for n in sorted(maps, key=module_order) if keep is None or keep in n] + list(extra)
+        for name in names:
             w = all_maps[name][0]
             if self.max_tokens is not None and not whole:
                 w = w[:, : self.max_tokens, : self.max_tokens]

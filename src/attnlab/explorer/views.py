@@ -41,7 +41,7 @@ def wav_data_uri(wave: Tensor | np.ndarray, sample_rate: int) -> str:
 
 
 def image_view(maps: dict[str, Tensor], image: Tensor, grid: int, prefix: int, pool: str,
-               caption: str = "") -> dict[str, Any]:
+               caption: str = "", patch_px: float = 1.0) -> dict[str, Any]:
     """The ViT's page: the image, its patch grid, and the rollout through every layer as one more map."""
     from ..analysis.rollout import attention_rollout
     from .record import natural_key
@@ -49,13 +49,15 @@ def image_view(maps: dict[str, Tensor], image: Tensor, grid: int, prefix: int, p
     names = sorted(maps, key=natural_key)
     rollout = attention_rollout([maps[n][:1].float() for n in names])[:, None]  # (1, 1, T, T)
     return {"family": "image", "image": png_data_uri(image), "grid": int(grid), "prefix": int(prefix),
-            "pool": pool, "whole": True, "maps": {"rollout": rollout}, "epoch": {"caption": caption}}
+            "pool": pool, "patch_px": float(patch_px), "whole": True, "maps": {"rollout": rollout}, "epoch": {"caption": caption}}
 
 
 def speech_view(guide_sigma: float | None = None, wave: Tensor | None = None,
                 sample_rate: int | None = None) -> dict[str, Any]:
-    """The TTS page: maps whole (every frame), the guide's width, and the audio when there is some."""
-    view: dict[str, Any] = {"family": "speech", "whole": True}
+    """The TTS page: the cross-attention only (what the PNG callback draws; the decoder's frames x frames
+    self-attention would be most of the page's size), whole (every frame), the guide's width, and the audio when
+    there is some."""
+    view: dict[str, Any] = {"family": "speech", "whole": True, "keep": "cross_attn"}
     if guide_sigma is not None:
         view["guide_g"] = float(guide_sigma)
     if wave is not None and sample_rate:

@@ -106,7 +106,8 @@ class ImageClassificationTask(ClassificationTask):
         name_of = lambda k: classes[k] if classes and 0 <= k < len(classes) else str(k)  # noqa: E731
         caption = f"label {name_of(int(label))}" + (
             f", predicted {name_of(self._sample_pred)}" if self._sample_pred is not None else "")
-        return image_view(maps, display, self.net.grid, self.net.prefix, self.net.pool, caption)
+        return image_view(maps, display, self.net.grid, self.net.prefix, self.net.pool, caption,
+                          patch_px=self.net.patch_size)
 
     def render_attention(self, maps: dict[str, Tensor], sample: AttentionSample) -> list[AttentionFigure]:
         """Draw the captured attention over the sample image (called by AttentionMapCallback, which saves them).
