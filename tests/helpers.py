@@ -55,12 +55,9 @@ def run_bench_quick(only: str) -> str:
 
 def explorer_data(run_dir: Path | str) -> dict:
     """The JSON inside a run's attention explorer page (``<run>/attention/explorer.html``)."""
-    import json
-    import re
+    from attnlab.explorer.page import read_payload
 
-    html = (Path(run_dir) / "attention" / "explorer.html").read_text(encoding="utf-8")
-    m = re.search(r'<script id="attnlab-data" type="application/json">(.*?)</script>', html, re.S)
-    return json.loads(m.group(1).replace("<\\/", "</"))
+    return read_payload(Path(run_dir) / "attention" / "explorer.html")
 
 
 def wandb_html_keys(run_dir: Path | str) -> set[str]:

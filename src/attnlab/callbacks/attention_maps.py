@@ -235,13 +235,13 @@ class AttentionMapCallback(L.Callback):
         from ..explorer import ExplorerRecord, write_page
 
         pl_module = trainer.lightning_module
-        if self.record is None:
-            self.record = ExplorerRecord(f"{type(pl_module).__name__} · {run_dir(trainer).name}",
-                                         max_tokens=self.max_tokens,
-                                         max_epochs=self.explorer_epochs)
-        self.record.add(trainer.current_epoch, trainer.global_step, maps, sample, view)
         path = Path(self.explorer_path) if self.explorer_path is not None else \
             run_dir(trainer) / "attention" / "explorer.html"
+        if self.record is None:  # a resumed run (the same run folder) keeps the epochs its page already holds
+            self.record = ExplorerRecord.from_page(path, trainer.current_epoch,
+                                                   title=f"{type(pl_module).__name__} · {run_dir(trainer).name}",
+                                                   max_tokens=self.max_tokens, max_epochs=self.explorer_epochs)
+        self.record.add(trainer.current_epoch, trainer.global_step, maps, sample, view)
         self.explorer_file = write_page(self.record.payload(), path)
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["page_html", "write_page"]
+__all__ = ["page_html", "write_page", "read_payload"]
 
 _MARK = "/*__ATTNLAB_DATA__*/null"
 
@@ -18,9 +18,9 @@ def _template() -> str:
 
 
 def page_html(payload: dict[str, Any]) -> str:
-    """The page for a record's payload. ``</`` is escaped in the JSON so that no token text can close the
-    script element."""
-    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    """The page for a record's payload. Every ``<`` in the JSON is written ``\\u003c`` (``<`` appears only inside
+    its strings): no token text can close the script element or put the HTML parser into a comment state."""
+    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
     html = _template()
     if _MARK not in html:
         raise RuntimeError("attnlab/explorer/template.html lost its data marker")
@@ -35,3 +35,16 @@ def write_page(payload: dict[str, Any], path: str | Path) -> Path:
     tmp.write_text(page_html(payload), encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def read_payload(path: str | Path) -> dict[str, Any]:
+    """The JSON a page holds (ValueError when the file is not such a page)."""
+    html = Path(path).read_text(encoding="utf-8")
+    start = html.find('<script id="attnlab-data" type="application/json">')
+    end = html.find("</script>", start)
+    if start < 0 or end < 0:
+        raise ValueError(f"{path} is not an attention explorer page")
+    data = json.loads(html[html.index(">", start) + 1:end])
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} holds no explorer data")
+    return data

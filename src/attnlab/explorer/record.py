@@ -112,6 +112,23 @@ class ExplorerRecord:
         if self.max_epochs is not None:
             self.epochs = self.epochs[-self.max_epochs:]
 
+    @classmethod
+    def from_page(cls, path, before_epoch: int, **kwargs) -> ExplorerRecord:
+        """A record holding the epochs before ``before_epoch`` of an earlier page (a resumed run continues its
+        page); an unreadable page is ignored (a new one is started)."""
+        from .page import read_payload
+
+        record = cls(**kwargs)
+        try:
+            data = read_payload(path)
+            epochs = [e for e in data["epochs"] if int(e["epoch"]) < before_epoch]
+            modules = {m["name"]: m for m in data["modules"]}
+            view = dict(data.get("view") or {})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return record
+        record.epochs, record.modules, record.view = epochs, modules, view or record.view
+        return record
+
     def payload(self) -> dict[str, Any]:
         """The JSON the page embeds."""
         return {"title": self.title, "view": self.view, "modules": list(self.modules.values()), "epochs": self.epochs}
