@@ -180,7 +180,10 @@ def check_unused(folder: Path, config: DictConfig, kind: str = "run") -> bool:
     choice = str(config.get("existing_run") or "refuse")
     if choice not in EXISTING_RUN_CHOICES:
         raise UsedFolderError(f"existing_run={choice} is not one of {', '.join(EXISTING_RUN_CHOICES)}")
-    found = _contents(folder)
+    try:
+        found = _contents(folder)
+    except OSError as e:
+        raise _folder_error(folder, e) from None
     if not found:
         return False
     RunLock(folder).probe()  # a live run writes there: that is the message
@@ -312,10 +315,9 @@ def check_resume(config: DictConfig, run_dir: Path) -> None:
                                  f"anew with another hydra.run.dir{way}")
     if str(value) == "auto":
         order = resume.runs_newest_first(run_dir.parent)
-        newer = order[:order.index(run_dir)] if run_dir in order else []  # all of other models (newest of this)
-        _auto_skipped[run_dir] = ", ".join(
-            f"{r.name} ({describe})" for r in newer[:3]
-            for describe in [resume.describe(resume.saved_model(r) or (None, None))])
+        newer = [(r, m) for r in (order[:order.index(run_dir)] if run_dir in order else [])[:20]
+                 for m in [resume.saved_model(r)] if m is not None and resume.model_differences(m, here)]
+        _auto_skipped[run_dir] = ", ".join(f"{r.name} ({resume.describe(m)})" for r, m in newer[:3])
     ckpt = resume.last_checkpoint(run_dir, value)
     saved = resume.saved_config(run_dir)
     there = resume.model_identity(saved.get("model")) if saved is not None else None
