@@ -114,7 +114,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True)
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     model = build_model(cfg.model)
-    if cfg.get("resume") and _rank_zero():  # before any logger or checkpoint is opened (setup is idempotent)
+    if cfg.get("resume") and _rank_zero() and hasattr(datamodule, "tokenizer"):  # before any logger or checkpoint
+        # is opened; the text datamodules' setup is idempotent (Lightning's own call then returns at once)
         datamodule.setup("fit")
         resume.check_tokenizer(cfg.ckpt_path, datamodule)
     prepare_loggers(cfg)
