@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from cli_checks import TINY, snapshot
-from helpers import run_cli
+from helpers import compose_train, run_cli
 from hydra import compose, initialize_config_dir
 from hydra._internal.callbacks import Callbacks
 from hydra.core.global_hydra import GlobalHydra
@@ -356,3 +356,23 @@ def test_resume_compares_the_tokenizer_itself_with_the_checkpoints(finished, cac
     other.setup("fit")
     with pytest.raises(resume.ResumeError, match="the tokenizer these data give is not the one saved in"):
         resume.check_tokenizer(finished / resume.LAST, other)
+
+
+@pytest.mark.parametrize("full_error", ["1"])  # unset: test_train_py_resume_with_other_data_is_refused...
+def test_the_default_translation_job_resumed_with_other_numbers_is_refused(full_error, finished, cache_dir,
+                                                                          tmp_path):
+    """The issue's case: the default job resumed with data.max_digits / data.target_lang changed trained on a new
+    tokenizer's ids (German: an IndexError) and overwrote the run's config. The run here is the default job's saved
+    config beside an intact checkpoint: the refusal comes before either is read further."""
+    run = tmp_path / "mt"
+    (run / "checkpoints").mkdir(parents=True)
+    shutil.copy(finished / resume.LAST, run / resume.LAST)
+    (run / ".hydra").mkdir()
+    OmegaConf.save(compose_train(["debug=fast"], run), run / resume.SAVED_CONFIG)
+    before = snapshot(run)
+    out = run_cli(["debug=fast", f"resume={run}", "data.max_digits=3", "data.target_lang=de"], cache_dir,
+                  timeout=120, env={"HYDRA_FULL_ERROR": full_error})
+    assert out.returncode == 2, out.stdout[-3000:]
+    line = refusal(out.stdout, "was trained on other data", full_error == "1")
+    assert "(data.max_digits=7 there, 3 here; data.target_lang=fr there, de here)" in line
+    assert snapshot(run) == before
