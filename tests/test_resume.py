@@ -75,7 +75,8 @@ def test_resume_auto_continues_only_a_run_of_the_same_model_and_writes_nothing_i
     resumed = run_cli([*EPOCH, f"paths.log_dir={lm_runs}", "resume=auto", "trainer.max_epochs=2",
                        "model.optimizer.lr=0.5", "model.scheduler.warmup_steps=3"], cache_dir)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
-    assert f"resuming {lm_run} (resume=auto: the newest run of model=causal_lm with this model.net)" in resumed.stdout
+    assert f"resuming {lm_run} (resume=auto: the newest run of model=causal_lm with this model.net); newer runs " \
+           f"of other models skipped: {vit_run.name} (model=vit)" in resumed.stdout
     assert snapshot(vit_run) == vit_files
     assert sorted((lm_runs / "debug" / "runs").iterdir()) == runs_before
     assert "resume: model.optimizer.lr=0.5 (first part: 0.002): NOT applied" in resumed.stdout

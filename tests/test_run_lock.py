@@ -27,22 +27,23 @@ def _start(args: list[str], cache_dir: str, log_path) -> subprocess.Popen:
 
 def test_second_run_in_the_same_folder_is_refused_and_a_dead_runs_lock_is_taken_over(tmp_path, cache_dir):
     run_dir = tmp_path / "run"
-    # the first run trains "forever" (an epoch of 100000 batches) until it is killed below
-    first = _start([*TINY, "trainer.max_steps=100000", "trainer.limit_train_batches=100000",
+    # the first run trains "forever" (epochs of 2 batches, a checkpoint after each) until it is killed below
+    first = _start([*TINY, "trainer.max_steps=100000", "trainer.max_epochs=100000", "trainer.limit_train_batches=2",
                     f"hydra.run.dir={run_dir}"], cache_dir, tmp_path / "first.out")
     try:
         deadline = time.monotonic() + 120
-        while not list(run_dir.glob("csv/version_*/hparams.yaml")):  # training has started
+        while not (run_dir / "checkpoints" / "last.ckpt").is_file():  # training has started
             assert first.poll() is None, (tmp_path / "first.out").read_text()[-3000:]
             assert time.monotonic() < deadline, (tmp_path / "first.out").read_text()[-3000:]
             time.sleep(0.2)
         assert (run_dir / ".lock").read_text().strip() == str(first.pid)
         before = snapshot(run_dir / ".hydra")
 
-        second = run_cli([*TINY, f"hydra.run.dir={run_dir}"], cache_dir, timeout=120)
-        assert second.returncode == 2, second.stdout[-3000:]
-        line = one_error_line(second.stdout, "is in use by another run")
-        assert f"run folder {run_dir} is in use by another run (pid {first.pid}" in line
+        for extra in ([], [f"resume={run_dir}"]):  # a new run, and a resume of the live run
+            second = run_cli([*TINY, *extra, f"hydra.run.dir={run_dir}"], cache_dir, timeout=120)
+            assert second.returncode == 2, second.stdout[-3000:]
+            line = one_error_line(second.stdout, "is in use by another run")
+            assert f"run folder {run_dir} is in use by another run (pid {first.pid}" in line
         assert snapshot(run_dir / ".hydra") == before  # the first run's config is untouched
         assert first.poll() is None  # and it still runs
     finally:
@@ -50,8 +51,8 @@ def test_second_run_in_the_same_folder_is_refused_and_a_dead_runs_lock_is_taken_
         first.wait()
     assert (run_dir / ".lock").read_text().strip() == str(first.pid)
 
-    # the dead run's lock is taken over, with a note; released (removed) at the end
-    third = run_cli([*TINY, "train=false", f"hydra.run.dir={run_dir}"], cache_dir, timeout=120)
+    # continuing the killed run takes over its dead lock, with a note; released (removed) at the end
+    third = run_cli([*TINY, "train=false", f"resume={run_dir}"], cache_dir, timeout=120)
     assert third.returncode == 0, third.stdout[-3000:]
     assert f"taking over {run_dir / '.lock'}: its run (pid {first.pid}) is no longer running" in third.stdout
     assert not (run_dir / ".lock").exists()
@@ -91,9 +92,9 @@ def test_a_refused_run_leaves_no_folder_but_never_removes_an_earlier_one(tmp_pat
     one_error_line(out.stdout, "norm= does not apply to model=seq2seq_attention")
     assert not (tmp_path / "new").exists()  # neither the run folder nor the folder made for it
 
-    earlier = tmp_path / "earlier"
+    earlier = tmp_path / "earlier"  # made before the run (empty: a folder that holds anything is refused earlier)
     earlier.mkdir()
-    (earlier / "notes.txt").write_text("an earlier run's file")
     out = run_cli([*refused, f"hydra.run.dir={earlier}"], cache_dir, timeout=120)
     assert out.returncode == 2, out.stdout[-3000:]
-    assert (earlier / "notes.txt").read_text() == "an earlier run's file"
+    one_error_line(out.stdout, "norm= does not apply to model=seq2seq_attention")
+    assert earlier.is_dir() and not list(earlier.iterdir())

@@ -7,9 +7,14 @@ The Hydra run directory itself is chosen by the ``resume_dir`` resolver (conf/hy
 run writes its checkpoints, attention maps and logs next to the first part's instead of starting a new folder.
 
 "This model" is the model name and its resolved ``model.net`` (sizes, blocks, vocabulary): ``resume=auto`` compares
-them with each candidate run's saved ``.hydra/config.yaml`` and skips runs of other models, whose weights would not
-load. Before Hydra writes anything into the chosen folder, ``run_folder.RunFolderGuard`` refuses in one line a run
-of another model (``resume=<run>``), ``resume=auto`` with no run of this model, and a damaged checkpoint.
+them with each run's saved ``.hydra/config.yaml``, newest run first, and skips runs of other models, whose weights
+would not load. It takes the newest run of this model and no other: if that run stopped before its first
+checkpoint, it is refused, naming that run and the older one that ``resume=<dir>`` would continue. Before Hydra
+writes anything into the chosen folder, ``run_folder.RunFolderGuard`` refuses in one line a run of another model
+(``resume=<run>``) or of other data (every ``data.*`` key but how it is loaded, see :func:`data_differences`: the
+data decide the tokenizer, and a new one would give the checkpoint's embeddings other ids), ``resume=auto`` with no
+run of this model, and a damaged checkpoint. Once the data are set up, :func:`check_tokenizer` compares the
+tokenizer itself with the one saved in the checkpoint (a text file edited between the parts).
 """
 
 from __future__ import annotations
@@ -89,19 +94,84 @@ def _flatten(d: Any, prefix: str) -> dict[str, Any]:
     return out
 
 
+# data keys that say how the data are loaded, not what they are: they may change between the parts
+LOADING_ONLY = frozenset({"num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "cache_dir",
+                          "datasets_cache"})
+
+
+def data_differences(there: Any, here: Any) -> list[str]:
+    """What differs between two ``data`` config nodes (empty: the same data), e.g. ``["data.max_digits=7 there, 3
+    here"]``; keys in :data:`LOADING_ONLY` are left out. An unreadable side (None) matches anything."""
+    if not isinstance(there, DictConfig) or not isinstance(here, DictConfig):
+        return []
+    try:
+        a, b = (OmegaConf.to_container(n, resolve=True) for n in (there, here))
+    except Exception:  # noqa: BLE001 - an interpolation that needs the run's own context: compare as written
+        a, b = (OmegaConf.to_container(n, resolve=False) for n in (there, here))
+    flat_a, flat_b = _flatten(a, "data"), _flatten(b, "data")
+    missing = object()
+    return [f"{k}={flat_a.get(k, '<unset>')} there, {flat_b.get(k, '<unset>')} here"
+            for k in sorted(set(flat_a) | set(flat_b))
+            if k.split(".")[1] not in LOADING_ONLY and flat_a.get(k, missing) != flat_b.get(k, missing)]
+
+
+def saved_config(run_dir: str | Path) -> DictConfig | None:
+    try:
+        saved = OmegaConf.load(Path(run_dir) / SAVED_CONFIG)
+    except Exception:  # noqa: BLE001 - missing or unreadable: unknown
+        return None
+    return saved if isinstance(saved, DictConfig) else None
+
+
+def check_tokenizer(ckpt_path: str | Path, datamodule: Any) -> None:
+    """The datamodule's tokenizer (after ``setup``) must be the one saved in the checkpoint: the checkpoint's
+    embeddings and output layer are indexed by its ids. ResumeError (one line) otherwise."""
+    tok = getattr(datamodule, "tokenizer", None)
+    if tok is None or not hasattr(tok, "to_str"):
+        return
+    import torch
+
+    try:
+        saved = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True).get("tokenizer")
+    except Exception:  # noqa: BLE001 - unreadable here: the checkpoint loader names the problem
+        return
+    if saved is not None and saved != tok.to_str():
+        raise ResumeError(f"resume: the tokenizer these data give is not the one saved in {ckpt_path} (its ids "
+                          f"would not match the checkpoint's embeddings): the corpus changed since the first part; "
+                          f"restore it, or start a new run")
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # resume=auto: the newest run of this model
 # ----------------------------------------------------------------------------------------------------------------
+def has_checkpoint(run: Path) -> bool:
+    return (run / LAST).is_file() or any((run / LAST).parent.glob("last-v*.ckpt"))
+
+
+def runs_newest_first(runs_root: str | Path) -> list[Path]:
+    """Run folders under ``runs_root`` (a saved config or a ``last.ckpt``), the most recently written first (its
+    ``last.ckpt`` or, for a run killed before its first checkpoint, its config)."""
+    def written(run: Path) -> float:
+        return max((p.stat().st_mtime for p in (run / LAST, run / SAVED_CONFIG) if p.is_file()), default=0.0)
+
+    runs = {p.parent.parent for p in Path(runs_root).glob(f"*/{LAST}")}
+    runs |= {p.parent.parent for p in Path(runs_root).glob(f"*/{SAVED_CONFIG}")}
+    return sorted(runs, key=lambda r: (written(r), r.name), reverse=True)
+
+
 def runs_with_checkpoint(runs_root: str | Path) -> list[Path]:
-    """Run folders under ``runs_root`` with a ``checkpoints/last.ckpt``, newest checkpoint first."""
-    lasts = sorted(Path(runs_root).glob(f"*/{LAST}"), key=lambda p: p.stat().st_mtime, reverse=True)
-    return [p.parent.parent for p in lasts]
+    """Run folders under ``runs_root`` with a ``checkpoints/last.ckpt``, newest first."""
+    return [r for r in runs_newest_first(runs_root) if has_checkpoint(r)]
 
 
-def find_auto(runs_root: str | Path, model: tuple[str | None, dict | None]) -> tuple[Path | None, Path | None]:
-    """``(newest run of this model, newest run of another model seen before it or instead of it)``."""
+def find_auto(runs_root: str | Path, model: tuple[str | None, dict | None],
+              with_checkpoint: bool = False) -> tuple[Path | None, Path | None]:
+    """``(newest run of this model, newest run of another model seen before it or instead of it)``. The newest run
+    of this model is returned whether or not it has a checkpoint (``with_checkpoint``: only runs that have one)."""
     skipped = None
-    for run in runs_with_checkpoint(runs_root):
+    for run in runs_newest_first(runs_root):
+        if with_checkpoint and not has_checkpoint(run):
+            continue
         there = saved_model(run)
         if there is None or not model_differences(there, model):
             return run, skipped

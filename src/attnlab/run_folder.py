@@ -7,8 +7,17 @@ is created), each refusal one line and exit status 2:
 * the folder cannot be created or written (a path under a file, a read-only disk): named;
 * another live run writes there (``hydra.run.dir`` given twice, two ``resume=auto``): its ``.lock`` and pid named
   (:mod:`attnlab.run_lock`); a lock left by a dead process is taken over;
-* ``resume=`` points at a run of another model, ``resume=auto`` finds no run of this model, or the checkpoint to
-  continue from is damaged (:mod:`attnlab.resume`): nothing is written into that run.
+* a new run (not ``resume=``) into a folder that already holds anything (a finished or a killed run: ``.hydra/``,
+  checkpoints, ``metrics.json``, ``wandb/``, ...; for ``-m``, a used sweep folder): the entries are named, with
+  ``resume=<dir>`` and another ``hydra.run.dir`` as the ways on; ``existing_run=move_aside`` renames the old run
+  to ``<dir>.old-<stamp>`` first (nothing is ever deleted);
+* ``resume=`` points at a run of another model or of other data (:mod:`attnlab.resume` names the keys),
+  ``resume=auto`` finds no run of this model or the newest one has no checkpoint, or the checkpoint to continue
+  from is damaged: nothing is written into that run.
+
+No setting turns a refusal into a warning: Hydra's callback wrapper catches every ``Exception`` a callback raises
+and only warns, so a refusal here is always ``sys.exit`` (a ``SystemExit`` passes through it), and an unexpected
+error in a check exits too (status 1, with its traceback). ``HYDRA_FULL_ERROR=1`` adds the refusal's traceback.
 
 A sweep (``-m``) locks its sweep folder in ``on_multirun_start`` and each job folder in ``on_job_start``. Only the
 launching process takes locks: DDP ranks that Lightning starts re-run the script into the same folder (they carry
@@ -22,10 +31,13 @@ nothing but Hydra's files, the lock and logs.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import shutil
 import sys
+import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +53,16 @@ log = logging.getLogger(__name__)
 
 _locks: dict[Path, RunLock] = {}
 _created: dict[Path, Path] = {}  # run folder -> the topmost folder this process created for it
+_found_empty: set[Path] = set()  # run folders that existed, empty, before this process
 _previous_configs: dict[Path, DictConfig] = {}  # resumed run -> its saved config from before this run
+
+
+_auto_skipped: dict[Path, str] = {}  # resume=auto: the newer runs (of other models) it passed over
+
+
+def skipped_by_auto(run_dir: str | Path) -> str:
+    """resume=auto: the newer runs of other models that it passed over to reach ``run_dir`` ("" if none)."""
+    return _auto_skipped.get(Path(run_dir).absolute(), "")
 
 
 def previous_config(run_dir: str | Path) -> DictConfig | None:
@@ -59,10 +80,29 @@ def _launching_process() -> bool:
 
 
 def _refuse(error: UserError) -> None:
+    """One line and the error's exit status; never an exception, which Hydra's callback wrapper would turn into a
+    warning and go ahead with the run."""
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
-        raise error
+        traceback.print_exception(error)
     log.error(one_line_message(error))
     sys.exit(error.exit_code)
+
+
+def _never_swallowed(hook):
+    """A hook whose failure stops the run: an unexpected error (a bug in a check) exits with status 1 and its
+    traceback instead of reaching Hydra's wrapper, which would only warn."""
+
+    @functools.wraps(hook)
+    def guarded(*args, **kwargs):
+        try:
+            return hook(*args, **kwargs)
+        except UserError as e:
+            _refuse(e)
+        except Exception:  # noqa: BLE001
+            log.exception(f"run folder check {hook.__name__} failed; the run is not started")
+            sys.exit(1)
+
+    return guarded
 
 
 class FolderError(UserError, OSError):
@@ -91,6 +131,8 @@ def claim(folder: Path) -> None:
     _locks[folder] = lock
     if top is not None:
         _created[folder] = top
+    elif not _contents(folder):
+        _found_empty.add(folder)  # a refused run leaves it empty again (and in place)
 
 
 def _folder_error(folder: Path, e: OSError) -> FolderError:
@@ -98,6 +140,94 @@ def _folder_error(folder: Path, e: OSError) -> FolderError:
     where = f" ({e.filename})" if e.filename and Path(str(e.filename)) != folder else ""
     return FolderError(f"cannot create or write the run folder {folder}: {reason}{where}; "
                        f"choose another hydra.run.dir / paths.log_dir")
+
+
+class UsedFolderError(UserError, FileExistsError):
+    """A new run (or sweep) into a folder that already holds one."""
+
+
+EXISTING_RUN_CHOICES = ("refuse", "move_aside")
+
+
+def _contents(folder: Path) -> list[str]:
+    """What ``folder`` holds, for the message, the entries that name a run first: ``checkpoints/ (epoch_000.ckpt,
+    last.ckpt)``, ``metrics.json``, ``.hydra/``... Empty for a folder that does not exist or holds only a lock."""
+    if not folder.is_dir():
+        return []
+    order = {name: i for i, name in enumerate(_TELLING)}
+    out = []
+    for e in sorted(folder.iterdir(), key=lambda e: (order.get(e.name, len(order)), e.name)):
+        if e.name == LOCK_NAME:
+            continue
+        if e.is_dir() and not e.is_symlink():
+            inner = sorted(p.name for p in e.iterdir())
+            shown = ", ".join(inner[:3]) + (", ..." if len(inner) > 3 else "")
+            out.append(f"{e.name}/ ({shown})" if e.name == "checkpoints" and inner else f"{e.name}/")
+        else:
+            out.append(e.name)
+    return out
+
+
+# what names a run best, first in the message
+_TELLING = ["checkpoints", "metrics.json", "job_status.json", ".hydra", "multirun.yaml", "sweep_summary.md",
+            "wandb", "csv", "tensorboard", "train.log"]
+
+
+def check_unused(folder: Path, config: DictConfig, kind: str = "run") -> bool:
+    """A new run goes into a new or empty folder. One that holds anything is refused, naming what is there and the
+    ways on, unless ``existing_run=move_aside``: then True (move it aside once the folder is locked). A live run's
+    lock is reported as such first; nothing in the folder is touched. ``kind``: "run" or "sweep"."""
+    choice = str(config.get("existing_run") or "refuse")
+    if choice not in EXISTING_RUN_CHOICES:
+        raise UsedFolderError(f"existing_run={choice} is not one of {', '.join(EXISTING_RUN_CHOICES)}")
+    try:
+        found = _contents(folder)
+    except OSError as e:
+        raise _folder_error(folder, e) from None
+    if not found:
+        return False
+    RunLock(folder).probe()  # a live run writes there: that is the message
+    if choice == "move_aside":
+        return True
+    key = "hydra.sweep.dir" if kind == "sweep" else "hydra.run.dir"
+    what = ", ".join(found[:6]) + (", ..." if len(found) > 6 else "")
+    if kind == "run" and (folder / resume.LAST).is_file():
+        ways = f"continue it with resume={folder}, or give this run another {key}"
+    elif kind == "run" and (folder / resume.SAVED_CONFIG).is_file():
+        ways = f"it has no {resume.LAST} to resume from; give this run another {key}"
+    else:
+        ways = f"give this {kind} another {key}"
+    held = "a run" if kind == "run" and any(f.split("/")[0] in _TELLING for f in found) else \
+        "a sweep" if kind == "sweep" and any(f.split("/")[0] in _TELLING or f[0].isdigit() for f in found) else "files"
+    raise UsedFolderError(f"{kind} folder {folder} already holds {held} ({what}); {ways}, or add "
+                          f"existing_run=move_aside to move it to {folder}.old-<time> first")
+
+
+def _aside_name(folder: Path) -> Path:
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    aside, n = folder.with_name(f"{folder.name}.old-{stamp}"), 1
+    while aside.exists():
+        aside, n = folder.with_name(f"{folder.name}.old-{stamp}-{n}"), n + 1
+    return aside
+
+
+def _move_aside(folder: Path) -> None:
+    """Rename the locked ``folder`` to ``<folder>.old-<time>`` (its lock file goes with it), then lock a new, empty
+    ``folder``; said in a warning. Nothing is deleted."""
+    folder = folder.absolute()
+    what = ", ".join(_contents(folder)[:6])
+    aside = _aside_name(folder)
+    old = _locks.pop(folder)
+    try:
+        folder.rename(aside)
+    except OSError as e:
+        _locks[folder] = old
+        raise FolderError(f"cannot move {folder} aside to {aside}: {e.strerror or e}; give this run another "
+                          f"hydra.run.dir") from None
+    old.run_dir, old.path = aside, aside / LOCK_NAME
+    claim(folder)
+    old.release()  # removes aside/.lock: what is left there is the old run as it was
+    log.warning(f"existing_run=move_aside: moved what {folder} held ({what}) to {aside}")
 
 
 def release(folder: Path) -> None:
@@ -118,11 +248,12 @@ _HYDRA_FILES = {"config.yaml", "hydra.yaml", "overrides.yaml"}
 
 def discard_if_unused(folder: str | Path) -> bool:
     """Remove the run folder of a refused run if this process created it and it holds only Hydra's files, the lock,
-    logs and the printed config tree (and the folders created for it, if now empty). Never a folder that existed
-    before this run. True if removed."""
+    logs and the printed config tree (and the folders created for it, if now empty). A folder that existed empty
+    before this run is emptied again, not removed (so the next try may use it); one that held anything is never
+    touched. True if removed or emptied."""
     folder = Path(folder).absolute()
     top = _created.get(folder)
-    if top is None or not folder.is_dir():
+    if (top is None and folder not in _found_empty) or not folder.is_dir():
         return False
     for entry in folder.iterdir():
         if entry.name == ".hydra" and entry.is_dir():
@@ -131,9 +262,14 @@ def discard_if_unused(folder: str | Path) -> bool:
         elif not (entry.is_file() and (entry.name == LOCK_NAME or entry.suffix == ".log")):
             return False
     release(folder)
+    _created.pop(folder, None)
+    if top is None:  # it existed, empty: empty it again
+        _found_empty.discard(folder)
+        for entry in folder.iterdir():
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+        return True
     shutil.rmtree(folder, ignore_errors=True)
     _remove_created(folder.parent, top if top != folder else None)
-    _created.pop(folder, None)
     return True
 
 
@@ -150,35 +286,55 @@ def _remove_created(folder: Path, top: Path | None) -> None:
 
 
 def check_resume(config: DictConfig, run_dir: Path) -> None:
-    """``resume=``: the folder must hold an intact checkpoint of this model; raises ResumeError (one line)."""
+    """``resume=``: the folder must hold an intact checkpoint of this model, trained on these data; raises
+    ResumeError (one line)."""
     value = config.get("resume")
     if value in (None, False, "", "null", "false"):
         return
     if config.get("ckpt_path"):
         raise resume.ResumeError("give either resume= or ckpt_path=, not both")
     here = resume.model_identity(config.get("model"))
-    if str(value) == "auto" and not (run_dir / resume.LAST).is_file() and not run_dir.exists():
-        # the resolver found no run of this model under the runs folder (it returns a new folder then)
-        _, skipped = resume.find_auto(run_dir.parent, here)
-        other = ""
-        if skipped is not None:
-            there = resume.saved_model(skipped) or (None, None)
-            other = (f"; skipped the newest run {skipped}, a run of another model ("
-                     f"{'; '.join(resume.model_differences(there, here)[:3])})")
-        raise resume.ResumeError(f"resume=auto: no run with {resume.LAST} under {run_dir.parent} of "
-                                 f"{resume.describe(here)} with this model.net{other}; give the first part's overrides")
+    if str(value) == "auto" and not resume.has_checkpoint(run_dir):
+        if not run_dir.exists():
+            # the resolver found no run of this model under the runs folder (it returns a new folder then)
+            _, skipped = resume.find_auto(run_dir.parent, here)
+            other = ""
+            if skipped is not None:
+                there = resume.saved_model(skipped) or (None, None)
+                other = (f"; skipped the newest run {skipped}, a run of another model ("
+                         f"{'; '.join(resume.model_differences(there, here)[:3])})")
+            raise resume.ResumeError(f"resume=auto: no run with {resume.LAST} under {run_dir.parent} of "
+                                     f"{resume.describe(here)} with this model.net{other}; give the first part's "
+                                     f"overrides")
+        # the newest run of this model stopped before its first checkpoint: never silently an older one
+        older, _ = resume.find_auto(run_dir.parent, here, with_checkpoint=True)
+        way = (f"; to continue the older run {older}, give resume={older}" if older is not None and older != run_dir
+               else "")
+        raise resume.ResumeError(f"resume=auto: the newest run of {resume.describe(here)} with this model.net, "
+                                 f"{run_dir}, has no {resume.LAST} (stopped before its first checkpoint): start it "
+                                 f"anew with another hydra.run.dir{way}")
+    if str(value) == "auto":
+        order = resume.runs_newest_first(run_dir.parent)
+        newer = [(r, m) for r in (order[:order.index(run_dir)] if run_dir in order else [])[:20]
+                 for m in [resume.saved_model(r)] if m is not None and resume.model_differences(m, here)]
+        _auto_skipped[run_dir] = ", ".join(f"{r.name} ({resume.describe(m)})" for r, m in newer[:3])
     ckpt = resume.last_checkpoint(run_dir, value)
-    there = resume.saved_model(run_dir)
+    saved = resume.saved_config(run_dir)
+    there = resume.model_identity(saved.get("model")) if saved is not None else None
     differences = resume.model_differences(there, here) if there is not None else []
     if differences:
         shown = "; ".join(differences[:3]) + ("; ..." if len(differences) > 3 else "")
         raise resume.ResumeError(f"resume={value}: {run_dir} is a run of another model ({shown}); give the first "
                                  f"part's overrides (see {run_dir / resume.SAVED_CONFIG})")
+    differences = resume.data_differences(saved.get("data"), config.get("data")) if saved is not None else []
+    if differences:
+        shown = "; ".join(differences[:3]) + ("; ..." if len(differences) > 3 else "")
+        raise resume.ResumeError(f"resume={value}: {run_dir} was trained on other data ({shown}): its checkpoint "
+                                 f"holds the tokenizer and ids of those; give the first part's data overrides (see "
+                                 f"{run_dir / resume.SAVED_CONFIG})")
     resume.check_intact(ckpt, option="resume")
-    try:
-        _previous_configs[run_dir] = OmegaConf.load(run_dir / resume.SAVED_CONFIG)
-    except Exception:  # noqa: BLE001 - no saved config: nothing to compare overrides with
-        pass
+    if saved is not None:
+        _previous_configs[run_dir] = saved
 
 
 def _run_dir(config: DictConfig) -> Path:
@@ -200,23 +356,34 @@ class RunFolderCheck(Callback):
             _refuse(_folder_error(folder, e))
 
 
+def _resuming(config: DictConfig) -> bool:
+    return config.get("resume") not in (None, False, "", "null", "false")
+
+
 class RunFolderGuard(Callback):
+    @_never_swallowed
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not _launching_process():
             return
         run_dir = _run_dir(config)
-        try:
-            check_resume(config, run_dir)
-        except UserError as e:
-            _refuse(e)
+        check_resume(config, run_dir)
+        move = not _resuming(config) and check_unused(run_dir, config)
         claim(run_dir)
+        if move:
+            _move_aside(run_dir)
 
+    @_never_swallowed
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not _launching_process():
             return
         HydraConfig.instance().set_config(config)
-        claim(Path(os.path.abspath(str(OmegaConf.select(config, "hydra.sweep.dir")))))
+        sweep_dir = Path(os.path.abspath(str(OmegaConf.select(config, "hydra.sweep.dir"))))
+        move = check_unused(sweep_dir, config, kind="sweep")
+        claim(sweep_dir)
+        if move:
+            _move_aside(sweep_dir)
 
+    @_never_swallowed
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         if _launching_process():  # a single run: already claimed in on_run_start; a sweep's job: its own folder
             claim(Path(config.hydra.runtime.output_dir))

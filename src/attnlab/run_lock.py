@@ -50,9 +50,7 @@ class RunLock:
             except BlockingIOError:
                 holder = _read_pid(fd)
                 os.close(fd)
-                raise RunFolderBusy(
-                    f"run folder {self.run_dir} is in use by another run (pid {holder or 'unknown'}, lock "
-                    f"{self.path}); wait for it to end, or give this run another hydra.run.dir") from None
+                raise self._busy(holder) from None
             try:
                 same_file = os.fstat(fd).st_ino == os.stat(self.path).st_ino
             except FileNotFoundError:
@@ -66,6 +64,24 @@ class RunLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
+
+    def probe(self) -> None:
+        """Raise :class:`RunFolderBusy` if a live process holds the lock; touch nothing (no lock file is created,
+        a dead run's is left as it is)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise self._busy(_read_pid(fd)) from None
+        finally:
+            os.close(fd)
+
+    def _busy(self, holder: int | None) -> RunFolderBusy:
+        return RunFolderBusy(f"run folder {self.run_dir} is in use by another run (pid {holder or 'unknown'}, lock "
+                             f"{self.path}); wait for it to end, or give this run another hydra.run.dir")
 
     def release(self) -> None:
         if self._fd is None:

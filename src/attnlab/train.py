@@ -114,6 +114,10 @@ def run(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True)
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     model = build_model(cfg.model)
+    if cfg.get("resume") and _rank_zero() and hasattr(datamodule, "tokenizer"):  # before any logger or checkpoint
+        # is opened; the text datamodules' setup is idempotent (Lightning's own call then returns at once)
+        datamodule.setup("fit")
+        resume.check_tokenizer(cfg.ckpt_path, datamodule)
     prepare_loggers(cfg)
     callbacks = instantiate_all(cfg.get("callbacks"))
     loggers = instantiate_all(cfg.get("logger"))
@@ -218,6 +222,8 @@ def continue_run(cfg: DictConfig, run_dir: Path) -> None:
             wb.id = resume.previous_wandb_id(run_dir)
     picked = f" (resume=auto: the newest run of model={cfg.model.get('name')} with this model.net)" \
         if str(cfg.resume) == "auto" else ""
+    if str(cfg.resume) == "auto" and (skipped := run_folder.skipped_by_auto(run_dir)):
+        picked += f"; newer runs of other models skipped: {skipped}"
     log.info(f"resuming {run_dir}{picked} from {cfg.ckpt_path}" + (f", W&B run {wb.id}" if wb is not None else ""))
     for warning in resume.overridden_by_checkpoint(run_folder.previous_config(run_dir), cfg):
         log.warning(warning)

@@ -143,7 +143,7 @@ def test_second_setup_reads_the_cache(dm, cache_dir, monkeypatch):
     (shard_dir,) = (cache_dir / "tokens").iterdir()
     files = sorted(shard_dir.iterdir()) + sorted((cache_dir / "tokenizers").iterdir())
     assert [p.name for p in files[:2]] == ["manifest.json", "shard-00000.bin"]  # no temp files left behind
-    assert [p.suffix for p in files[2:]] == [".json"]
+    assert [p.suffix for p in files[2:]] == [".json", ".sha256"]  # the tokenizer and its record
     mtimes = [p.stat().st_mtime_ns for p in files]
     monkeypatch.setattr(tokmod, "train_bpe_from_texts", lambda *a: pytest.fail("retrained"))
     monkeypatch.setattr(lmdm, "build_shards", lambda *a, **k: pytest.fail("tokenized again"))

@@ -103,8 +103,8 @@ def test_cache_hit_does_not_retrain(tok, text, cache_dir, monkeypatch):
     again = train_or_load_bpe(text, VOCAB, cache_dir)
     assert again.to_str() == tok.to_str()
     assert path.stat().st_mtime_ns == mtime
-    # only the final file is left: the atomic write cleaned up its temp file
-    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+    # only the final file and its record are left: the atomic writes cleaned up their temp files
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name, path.name + ".sha256"]
 
 
 def test_cache_key_depends_on_text_and_vocab(text, tmp_path):

@@ -32,8 +32,8 @@ from attnlab.data.corpus import pydoc_text
 from attnlab.data.errors import ConfigError, DataError
 from attnlab.data.loading import EpochDataLoader, FrozenEpochSampler, MidEpochResume, mix64, sequential_sampler
 from attnlab.data.normalization import TextNormalization
-from attnlab.data.shards import (CHUNK_BYTES, ChunkEncoder, TokenStream, build_shards, read_manifest, shards_dir,
-                                 trusted_shards)
+from attnlab.data.shards import (CHUNK_BYTES, ChunkEncoder, TokenStream, build_shards, manifest_header, matches,
+                                 read_manifest, shards_dir, trusted_shards)
 from attnlab.data.hf_source import hf_options, text_column_file
 from attnlab.data.text_sources import TextSource, fingerprint, resolve_files, sample_chunks
 from attnlab.data.tokenizer import BPETokenizer
@@ -79,9 +79,11 @@ def corpus_tokenizer(sources: list[TextSource], vocab_size: int, cache_dir: str 
     h = hashlib.sha256(f"{TOKENIZER_KEY_VERSION}\n{tokmod.FORMAT_VERSION}\n{vocab_size}\n{sample}\n".encode())
     h.update(json.dumps(normalization.as_dict(), sort_keys=True).encode())
     h.update(fingerprint(sources).encode())
-    path = Path(cache_dir) / "tokenizers" / f"bpe-{vocab_size}-{h.hexdigest()[:16]}.json"
-    if path.is_file():
-        return BPETokenizer.load(path)
+    key = h.hexdigest()
+    path = tokmod.cache_file(cache_dir, vocab_size, key)
+    cached = tokmod.load_cached(path, key)  # None also for a damaged or swapped file (named in a warning)
+    if cached is not None:
+        return cached
 
     def chunks():
         return sample_chunks(sources, sample_bytes, CHUNK_BYTES, avoid=normalization.remove)
@@ -102,7 +104,7 @@ def corpus_tokenizer(sources: list[TextSource], vocab_size: int, cache_dir: str 
     if blank:
         names = ", ".join(s.name for s in sources[:3]) + (", ..." if len(sources) > 3 else "")
         raise DataError(f"text file{'s are' if len(sources) > 1 else ' is'} empty: {names}")
-    tok.save(path)
+    tokmod.save_cached(tok, path, key)
     return tok
 
 
@@ -117,8 +119,9 @@ def tokenize_corpus(sources: list[TextSource], vocab_size: int, cache_dir: str |
     tok = corpus_tokenizer(sources, vocab_size, cache_dir, normalization, sample_bytes)
     out = shards_dir(sources, tok, cache_dir)
     manifest = read_manifest(out)
-    if not (manifest and manifest.get("complete") and trusted_shards(out, manifest) == manifest["shards"]):
-        manifest = build_shards(sources, tok, out, avoid=normalization.remove)
+    if not (matches(manifest, manifest_header(sources, tok)) and manifest.get("complete")
+            and trusted_shards(out, manifest, warn=False) == manifest["shards"]):
+        manifest = build_shards(sources, tok, out, avoid=normalization.remove)  # names what it rebuilds
     return tok, TokenStream.open(out, manifest)
 
 

@@ -39,7 +39,9 @@ from .tokenizer import EOS_ID, BPETokenizer
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = "shards-v1"
+# v2: each shard's content sample digest in the manifest (a swapped or overwritten shard is rebuilt)
+FORMAT_VERSION = "shards-v2"
+SAMPLE_BYTES = 1 << 16  # a shard's digest covers its first, middle and last 64 KiB (all of a small shard)
 CHUNK_BYTES = 1 << 20  # 1 MiB of text per encode call
 SHARD_TOKENS = 1 << 26  # ~64M tokens per shard (128 MiB as uint16)
 PROGRESS_MIN_BYTES = 32 << 20  # a progress bar for corpora from this size on
@@ -121,6 +123,20 @@ def shards_dir(sources: list[TextSource], tok: BPETokenizer, cache_dir: str | os
     return Path(cache_dir) / "tokens" / h.hexdigest()[:16]
 
 
+def manifest_header(sources: list[TextSource], tok: BPETokenizer, chunk_bytes: int = CHUNK_BYTES,
+                    shard_tokens: int = SHARD_TOKENS) -> dict:
+    """What a manifest records about how its shards were made; a manifest that differs is not trusted."""
+    return {
+        "format": FORMAT_VERSION,
+        "sources": [s.fingerprint() for s in sources],
+        "tokenizer_sha256": _tokenizer_hash(tok),
+        "vocab_size": tok.vocab_size,
+        "dtype": token_dtype(tok.vocab_size).name,
+        "chunk_bytes": chunk_bytes,
+        "shard_tokens": shard_tokens,
+    }
+
+
 def _tokenizer_hash(tok: BPETokenizer) -> str:
     return hashlib.sha256(tok.to_str().encode("utf-8")).hexdigest()
 
@@ -163,16 +179,46 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def trusted_shards(out_dir: Path, manifest: dict) -> list[dict]:
-    """The manifest's shards whose files are there with the size it records, up to the first that is not."""
+def sample_digest(path: Path) -> str:
+    """sha256 of a shard's first, middle and last ``SAMPLE_BYTES`` (the whole file when it is small): what the
+    manifest records, so that reading a cached corpus stays a few small reads whatever its size."""
+    size = path.stat().st_size
+    h = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        if size <= 3 * SAMPLE_BYTES:
+            h.update(f.read())
+        else:
+            for start in (0, (size - SAMPLE_BYTES) // 2, size - SAMPLE_BYTES):
+                f.seek(start)
+                h.update(f.read(SAMPLE_BYTES))
+    return h.hexdigest()
+
+
+def trusted_shards(out_dir: Path, manifest: dict, warn: bool = True) -> list[dict]:
+    """The manifest's shards whose files are there with the size and sample digest it records, up to the first
+    that is not (named in a warning: it is rebuilt from there)."""
     itemsize = np.dtype(manifest["dtype"]).itemsize
     ok = []
     for s in manifest["shards"]:
         p = out_dir / s["file"]
-        if not p.is_file() or p.stat().st_size != s["tokens"] * itemsize:
-            break
-        ok.append(s)
+        if not p.is_file():
+            problem = "is missing"
+        elif p.stat().st_size != s["tokens"] * itemsize:
+            problem = f"has {p.stat().st_size} bytes, its manifest {s['tokens'] * itemsize} (truncated or replaced)"
+        elif s.get("sha256") != sample_digest(p):
+            problem = "is not the shard that was written (its content differs from its manifest's digest)"
+        else:
+            ok.append(s)
+            continue
+        if warn:
+            log.warning("cached token shard %s %s: the shards are rebuilt from there", p, problem)
+        break
     return ok
+
+
+def matches(manifest: dict | None, header: dict) -> bool:
+    """The manifest was written for these sources, tokenizer and settings (not another corpus's, swapped in)."""
+    return manifest is not None and all(manifest.get(k) == v for k, v in header.items())
 
 
 def _remove_stale_temp_files(out_dir: Path, older_than_s: float = 60.0) -> None:
@@ -193,18 +239,13 @@ def build_shards(sources: list[TextSource], tok: BPETokenizer, out_dir: str | os
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     dtype = token_dtype(tok.vocab_size)
-    header = {
-        "format": FORMAT_VERSION,
-        "sources": [s.fingerprint() for s in sources],
-        "tokenizer_sha256": _tokenizer_hash(tok),
-        "vocab_size": tok.vocab_size,
-        "dtype": dtype.name,
-        "chunk_bytes": chunk_bytes,
-        "shard_tokens": shard_tokens,
-    }
+    header = manifest_header(sources, tok, chunk_bytes, shard_tokens)
     old = read_manifest(out_dir)
     shards: list[dict] = []
-    if old is not None and all(old.get(k) == v for k, v in header.items()):
+    if old is not None and not matches(old, header):
+        log.warning("%s was written for other sources, another tokenizer or other settings: the shards are "
+                    "rebuilt", out_dir / MANIFEST)
+    if matches(old, header):
         shards = trusted_shards(out_dir, old)
         if old.get("complete") and len(shards) == len(old["shards"]):
             return old
@@ -267,7 +308,7 @@ def _close_shard(writer: _ShardWriter, chunk: Chunk | None, sources: list[TextSo
     else:
         nxt = [chunk.index, chunk.end]
     name, n = writer.finish()
-    manifest["shards"].append({"file": name, "tokens": n, "next": nxt})
+    manifest["shards"].append({"file": name, "tokens": n, "next": nxt, "sha256": sample_digest(out_dir / name)})
     _write_manifest(out_dir, manifest)
 
 

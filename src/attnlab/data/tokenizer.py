@@ -19,6 +19,7 @@ multi-megabyte "word" (a base64 blob, a minified file) made it hang; no token ca
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import tempfile
@@ -244,12 +245,73 @@ def train_bpe_from_texts(texts: Iterable[str], vocab_size: int,
     return out
 
 
-def bpe_cache_path(text: str, vocab_size: int, cache_dir: str | Path,
-                   normalizer: normalizers.Normalizer | None = None) -> Path:
-    """``<cache_dir>/tokenizers/bpe-<vocab>-<key>.json``; key: sha256(version, vocab, normalizer JSON, text)."""
+def bpe_cache_key(text: str, vocab_size: int, normalizer: normalizers.Normalizer | None = None) -> str:
+    """sha256(version, vocab, normalizer JSON, text): what a cached tokenizer is stored under."""
     h = hashlib.sha256(f"{FORMAT_VERSION}\n{vocab_size}\n{normalizer_json(normalizer)}\n".encode())
     h.update(text.encode("utf-8"))
-    return Path(cache_dir) / "tokenizers" / f"bpe-{vocab_size}-{h.hexdigest()[:16]}.json"
+    return h.hexdigest()
+
+
+def bpe_cache_path(text: str, vocab_size: int, cache_dir: str | Path,
+                   normalizer: normalizers.Normalizer | None = None) -> Path:
+    """``<cache_dir>/tokenizers/bpe-<vocab>-<key>.json`` (the key's first 16 hex digits)."""
+    return cache_file(cache_dir, vocab_size, bpe_cache_key(text, vocab_size, normalizer))
+
+
+def cache_file(cache_dir: str | Path, vocab_size: int, key: str) -> Path:
+    return Path(cache_dir) / "tokenizers" / f"bpe-{vocab_size}-{key[:16]}.json"
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The cache: every tokenizer file has a record beside it (``<file>.sha256``: the full key it is stored under and the
+# sha256 of its content), written before the file itself. A file whose record is missing, names another key or
+# another content (truncated, overwritten, swapped for another tokenizer) is rebuilt with a warning naming it.
+# ------------------------------------------------------------------------------------------------------------------
+def _record_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def load_cached(path: str | Path, key: str) -> BPETokenizer | None:
+    """The tokenizer cached at ``path`` if it is the one stored under ``key``; None if there is none, or (after a
+    warning naming the file and what is wrong) if it is damaged or another one: the caller rebuilds it."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        data = path.read_bytes()
+        record = json.loads(_record_path(path).read_text(encoding="utf-8"))
+        if not isinstance(record, dict):
+            raise ValueError
+    except FileNotFoundError:
+        reason = f"has no record of what it holds ({_record_path(path).name}; written by an older attnlab?)"
+    except (OSError, UnicodeDecodeError, ValueError):
+        reason = f"has a damaged record ({_record_path(path).name})"
+    else:
+        if record.get("key") != key:
+            reason = f"is recorded under another key ({_record_path(path).name} says {record.get('key')!s:.16})"
+        elif record.get("sha256") != hashlib.sha256(data).hexdigest():
+            reason = "is not the file that was stored (truncated, overwritten or swapped: its sha256 differs)"
+        else:
+            try:
+                return BPETokenizer.from_str(data.decode("utf-8"))
+            except Exception as e:  # noqa: BLE001 - recorded but unreadable (a newer tokenizers format?)
+                reason = f"does not load ({one_line(e)})"
+    log.warning(f"cached tokenizer {path} {reason}: rebuilding it")
+    return None
+
+
+def save_cached(tok: BPETokenizer, path: str | Path, key: str) -> None:
+    """Write the tokenizer and its record (first, so a reader never trusts a file without one)."""
+    path = Path(path)
+    text = tok.to_str()
+    record = {"key": key, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+    _atomic_write_text(_record_path(path), json.dumps(record))
+    _atomic_write_text(path, text)
+
+
+def one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return (text.splitlines() or [type(e).__name__])[0][:200]
 
 
 def train_or_load_bpe(text: str, vocab_size: int, cache_dir: str | Path,
@@ -258,11 +320,12 @@ def train_or_load_bpe(text: str, vocab_size: int, cache_dir: str | Path,
 
     The file is written atomically, so DDP ranks (or parallel sweep jobs) sharing a cache
     directory either see no file (and train it themselves, with an identical result) or
-    a complete one.
+    a complete one. A cached file that is not the one stored under its key is rebuilt (:func:`load_cached`).
     """
-    path = bpe_cache_path(text, vocab_size, cache_dir, normalizer)
-    if path.is_file():
-        return BPETokenizer.load(path)
-    tok = train_bpe(text, vocab_size, normalizer)
-    tok.save(path)
+    key = bpe_cache_key(text, vocab_size, normalizer)
+    path = cache_file(cache_dir, vocab_size, key)
+    tok = load_cached(path, key)
+    if tok is None:
+        tok = train_bpe(text, vocab_size, normalizer)
+        save_cached(tok, path, key)
     return tok

@@ -29,8 +29,8 @@ STATUS_FILE = "job_status.json"
 # Overrides that say how or where a job runs, not what it trains: jobs differing only in these (and in `seed`) are
 # seeds of one setting. `seed` itself is what a seed sweep varies.
 SEED_KEY = "seed"
-BOOKKEEPING = ("hydra", "paths", "logger", "resume", "ckpt_path", "tags", "launcher", "local", "task_name",
-               "optimized_metric", "callbacks.rich_progress_bar", "trainer.enable_progress_bar")
+BOOKKEEPING = ("hydra", "paths", "logger", "resume", "existing_run", "ckpt_path", "tags", "launcher", "local",
+               "task_name", "optimized_metric", "callbacks.rich_progress_bar", "trainer.enable_progress_bar")
 WANDB_GROUP_MAX = 128  # W&B refuses longer group names
 WANDB_TAG_MAX = 64  # ... and longer tags
 
