@@ -34,6 +34,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from . import resume
+from .checkpoints import check_resumed_run
 from .errors import UserError, one_line_message
 from .run_lock import LOCK_NAME, RunLock
 
@@ -168,6 +169,7 @@ def check_resume(config: DictConfig, run_dir: Path) -> None:
         raise resume.ResumeError(f"resume=auto: no run with {resume.LAST} under {run_dir.parent} of "
                                  f"{resume.describe(here)} with this model.net{other}; give the first part's overrides")
     ckpt = resume.last_checkpoint(run_dir, value)
+    check_resumed_run(run_dir)  # its saved config names only attnlab's own code (a checkpoint is data)
     there = resume.saved_model(run_dir)
     differences = resume.model_differences(there, here) if there is not None else []
     if differences:
@@ -175,6 +177,7 @@ def check_resume(config: DictConfig, run_dir: Path) -> None:
         raise resume.ResumeError(f"resume={value}: {run_dir} is a run of another model ({shown}); give the first "
                                  f"part's overrides (see {run_dir / resume.SAVED_CONFIG})")
     resume.check_intact(ckpt, option="resume")
+    check_resumed_run(run_dir, ckpt, config.get("model"))  # the checkpoint too, and it is of this model's family
     try:
         _previous_configs[run_dir] = OmegaConf.load(run_dir / resume.SAVED_CONFIG)
     except Exception:  # noqa: BLE001 - no saved config: nothing to compare overrides with
