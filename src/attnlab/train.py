@@ -229,6 +229,7 @@ def continue_run(cfg: DictConfig, run_dir: Path) -> None:
 def train_job(cfg: DictConfig, hc) -> float | None:
     validate_config(cfg)  # bad numbers (n_heads=0, lr=-1): one line naming the key, before anything is built
     check_block_groups(cfg, hc.overrides.task)
+    check_targets(cfg.model, "model")  # the classes its checkpoint will name: ones every loader accepts
     if cfg.get("resume"):
         continue_run(cfg, Path(hc.runtime.output_dir))
     if cfg.get("ckpt_path") and not cfg.get("resume") and Path(str(cfg.ckpt_path)).is_file():
