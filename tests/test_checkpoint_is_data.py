@@ -393,7 +393,8 @@ def test_size_mismatch_names_both_sizes(tmp_path):
         load_task(ckpt, "attnlab.tasks.causal_lm.CausalLMTask", "language-model")
 
 
-@pytest.mark.parametrize("case", [pytest.param("translate_size", marks=pytest.mark.slow), pytest.param("generate_no_tokenizer", marks=pytest.mark.slow),
+@pytest.mark.parametrize("case", [pytest.param("translate_size", marks=pytest.mark.slow),
+                                  pytest.param("generate_no_tokenizer", marks=pytest.mark.slow),
                                   pytest.param("synthesize_no_hparams", marks=pytest.mark.slow),
                                   "train_other_family", "train_other_sizes"])
 def test_damaged_or_foreign_checkpoints_through_the_entry_points(case, tmp_path, cache_dir):

@@ -190,8 +190,8 @@ def check_task_class(name: Any, where: str) -> None:
     """A checkpoint's ``task_class`` must be one of the project's tasks (checked before it is imported)."""
     if not isinstance(name, str) or name not in task_classes():
         raise UnsafeTargetError(
-            f"{where}: task_class = {name!r} is not one of attnlab's tasks (the model configs' _target_ in conf/model); "
-            f"refused, nothing from it was imported, built or run")
+            f"{where}: task_class = {name!r} is not one of attnlab's tasks (the model configs' _target_ in "
+            f"conf/model); refused, nothing from it was imported, built or run")
 
 
 def load_config(path: str | Path, scope: str = "run"):

@@ -178,7 +178,7 @@ def check_fits(model: torch.nn.Module, state_dict: Any, path: str | Path) -> Non
     hint = ("; it was trained with other model settings: give the overrides of its run "
             "(<run>/.hydra/overrides.yaml), or a checkpoint of this model")
     for key, value in own.items():
-        if key in state_dict and tuple(getattr(state_dict[key], "shape", ())) != tuple(value.shape):
+        if key in state_dict and tuple(getattr(state_dict[key], "shape", ())) != tuple(getattr(value, "shape", ())):
             raise CheckpointError(f"{path} does not fit this model: size mismatch for {key}: checkpoint "
                                   f"{_shape(state_dict[key])}, this model {_shape(value)}{hint}")
     missing = [k for k in own if k not in state_dict]
