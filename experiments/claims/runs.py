@@ -27,11 +27,13 @@ def load_run(job: Job):
     """(task in eval mode on CPU, data module set up for testing) of one translation job."""
     import hydra
 
+    data = job.config.data  # read first: a saved config naming foreign code is refused before anything is built
+
     from attnlab.checkpoints import load_task
     from attnlab.tasks.translation import TranslationTask
 
     task, _ = load_task(job.checkpoint, TranslationTask, "translation")
-    dm = hydra.utils.instantiate(job.config.data)
+    dm = hydra.utils.instantiate(data)
     dm.prepare_data()
     dm.setup("test")
     return task, dm

@@ -46,6 +46,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from . import resume
+from .checkpoints import check_resumed_run
 from .errors import UserError, one_line_message
 from .run_lock import LOCK_NAME, RunLock
 
@@ -319,6 +320,7 @@ def check_resume(config: DictConfig, run_dir: Path) -> None:
                  for m in [resume.saved_model(r)] if m is not None and resume.model_differences(m, here)]
         _auto_skipped[run_dir] = ", ".join(f"{r.name} ({resume.describe(m)})" for r, m in newer[:3])
     ckpt = resume.last_checkpoint(run_dir, value)
+    check_resumed_run(run_dir)  # its saved config names only attnlab's own code (a checkpoint is data)
     saved = resume.saved_config(run_dir)
     there = resume.model_identity(saved.get("model")) if saved is not None else None
     differences = resume.model_differences(there, here) if there is not None else []
@@ -333,6 +335,7 @@ def check_resume(config: DictConfig, run_dir: Path) -> None:
                                  f"holds the tokenizer and ids of those; give the first part's data overrides (see "
                                  f"{run_dir / resume.SAVED_CONFIG})")
     resume.check_intact(ckpt, option="resume")
+    check_resumed_run(run_dir, ckpt, config.get("model"))  # the checkpoint too, and it is of this model's family
     if saved is not None:
         _previous_configs[run_dir] = saved
 

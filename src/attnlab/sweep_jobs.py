@@ -82,8 +82,14 @@ class SweepJob:
     def config(self):
         from omegaconf import DictConfig, OmegaConf
 
+        from .allowed_targets import check_targets
+
         path = self.dir / ".hydra" / "config.yaml"
-        return _load(path, "YAML config", OmegaConf.create, DictConfig) if path.is_file() else OmegaConf.create({})
+        if not path.is_file():
+            return OmegaConf.create({})
+        config = _load(path, "YAML config", OmegaConf.create, DictConfig)
+        check_targets(config, str(path), scope="run")  # the claims build data and models from it: data, not code
+        return config
 
     def value(self, key: str) -> str | None:
         """What this job ran with for ``key``: its override, else its config group's option (``norm``), else the

@@ -20,7 +20,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from . import ddp, resume, run_folder
-from .checkpoints import verified  # ckpt_path/resume: weights_only=True, an unsafe file is one line
+from .allowed_targets import check_targets
+from .checkpoints import check_file_fits, check_for_model, verified  # weights_only=True, refusals are one line
 from .errors import CheckpointWriteError, NonFiniteLossError, find_user_error, one_line_message
 from .paths import CONF_DIR
 from .utils.hardware import slow_bf16_warning
@@ -68,6 +69,7 @@ def build_model(model_cfg: DictConfig) -> L.LightningModule:
     # `model.attention` that exist only to be interpolated into `net` from the command line
     for meta in ("name", "shortcuts", *(cfg.get("shortcuts") or [])):
         cfg.pop(meta, None)
+    check_targets(cfg, "model")  # what the checkpoint will hold: only classes every loader accepts
     # plain dicts, not DictConfigs, reach the task: its saved hyper-parameters then load with weights_only=True
     return hydra.utils.instantiate(cfg, _convert_="all")
 
@@ -114,6 +116,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True)
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     model = build_model(cfg.model)
+    check_file_fits(model, cfg.get("ckpt_path"))  # ckpt_path=/resume= of other sizes or parts: one line, no logger yet
     if cfg.get("resume") and _rank_zero() and hasattr(datamodule, "tokenizer"):  # before any logger or checkpoint
         # is opened; the text datamodules' setup is idempotent (Lightning's own call then returns at once)
         datamodule.setup("fit")
@@ -232,11 +235,13 @@ def continue_run(cfg: DictConfig, run_dir: Path) -> None:
 def train_job(cfg: DictConfig, hc) -> float | None:
     validate_config(cfg)  # bad numbers (n_heads=0, lr=-1): one line naming the key, before anything is built
     check_block_groups(cfg, hc.overrides.task)
+    check_targets(cfg.model, "model")  # the classes its checkpoint will name: ones every loader accepts
     if cfg.get("resume"):
         continue_run(cfg, Path(hc.runtime.output_dir))
     if cfg.get("ckpt_path") and not cfg.get("resume") and Path(str(cfg.ckpt_path)).is_file():
         # (resume=: checked by run_folder.RunFolderGuard; "last"/"best" and URLs are Lightning's to find)
         resume.check_intact(cfg.ckpt_path, option="ckpt_path")
+    check_for_model(cfg.get("ckpt_path"), cfg.model)  # data only, this model's family: before Lightning is imported
     slow = slow_bf16_warning(cfg.trainer.get("precision"), cfg.trainer.get("accelerator", "auto"))
     if slow:
         log.warning(slow)

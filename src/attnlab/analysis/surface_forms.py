@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -91,10 +92,11 @@ def main(argv: list[str] | None = None) -> None:
     from attnlab.checkpoints import load_task
     from attnlab.data.numbers import english_words, load_or_generate_numbers, target_words
     from attnlab.data.tokenizer import BPETokenizer
-    from attnlab.tasks.translation import TranslationTask
+    from attnlab.errors import one_line_errors
 
     torch.set_grad_enabled(False)
-    task, raw = load_task(args.ckpt, TranslationTask, "translation")
+    with one_line_errors(logging.getLogger(__name__)):  # a missing, hostile or damaged file: one line, exit 2
+        task, raw = load_task(args.ckpt, "attnlab.tasks.translation.TranslationTask", "translation")
     hp = raw.get("datamodule_hyper_parameters") or {}
     if hp.get("source", "numbers") != "numbers":
         raise SystemExit(f"{args.ckpt} was not trained on data=numbers")

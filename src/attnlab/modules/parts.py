@@ -26,6 +26,7 @@ from typing import Any
 import hydra
 from torch import nn
 
+from ..allowed_targets import check_targets
 from ..errors import UserError
 from .attention import MultiHeadAttention
 from .feedforward import FeedForward
@@ -41,6 +42,7 @@ class PartError(UserError, ValueError):
 def _instantiate(group: str, part: Any) -> Any:
     """A part given as a config mapping with ``_target_`` -> the object Hydra makes of it (a partial)."""
     if isinstance(part, Mapping) and "_target_" in part:
+        check_targets(part, group)  # only the project's own classes (attnlab.allowed_targets)
         try:
             return hydra.utils.instantiate(dict(part), _convert_="all")
         except Exception as e:

@@ -21,7 +21,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
+from ..allowed_targets import check_targets
 from ..checkpoint_upgrade import upgrade_net_config, upgrade_state_dict
+from ..checkpoints import check_fits
 from ..modules.moe import expert_fractions, moe_losses
 from .protocols import StepOutput
 
@@ -35,7 +37,9 @@ def build_net(cfg: Any) -> nn.Module:
     if isinstance(cfg, nn.Module):
         return cfg
     # a config of an earlier layout (an old checkpoint's or run's) in today's form first
-    return hydra.utils.instantiate(upgrade_net_config(to_container(cfg)), _convert_="all")
+    cfg = upgrade_net_config(to_container(cfg))
+    check_targets(cfg, "model.net")  # only the project's own classes: a config from a file is data, not code
+    return hydra.utils.instantiate(cfg, _convert_="all")
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -121,6 +125,9 @@ class Task(L.LightningModule):
         net = (checkpoint.get("hyper_parameters") or {}).get("net")
         if "state_dict" in checkpoint and isinstance(net, dict):
             upgrade_state_dict(checkpoint["state_dict"], net.get("_target_"))
+        # another size or other parts: one line naming the first difference, not load_state_dict's traceback
+        path = getattr(self._trainer, "ckpt_path", None) or getattr(self, "_checkpoint_path", None)
+        check_fits(self, checkpoint.get("state_dict"), path or "the checkpoint")
         self._pending_rng = checkpoint.get("rng_states")
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:

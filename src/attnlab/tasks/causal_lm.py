@@ -28,6 +28,8 @@ def lm_loss(net, ids: Tensor, labels: Tensor) -> Tensor:
 class CausalLMTask(Task):
     """Wraps a :class:`~attnlab.models.causal_lm.CausalLM` built from ``net`` (a config with ``_target_``)."""
 
+    checkpoint_keys = ("tokenizer",)  # what an entry point needs from the checkpoint besides the model (generate)
+
     def __init__(self, net, optimizer=None, scheduler=None, compile: bool = False):
         super().__init__(net, optimizer, scheduler, compile)
         # Mean token-level NLL over the epoch; exp of it is the corpus perplexity. (torchmetrics' Perplexity

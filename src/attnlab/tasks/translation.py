@@ -68,6 +68,8 @@ class TranslationTask(Task):
     decode_val_batches: translate only the first N validation batches (None: all); the loss uses all.
     """
 
+    checkpoint_keys = ("tokenizer",)  # what translate needs from the checkpoint besides the model
+
     def __init__(self, net, optimizer=None, scheduler=None, compile: bool = False, label_smoothing: float = 0.1,
                  scheduled_sampling: dict | None = None, decoding: dict | None = None,
                  decode_val_batches: int | None = None):
