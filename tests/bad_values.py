@@ -190,8 +190,8 @@ def apply(cfg: DictConfig, case: Case) -> DictConfig:
 def sample(cases: list[Case], seen: set[str]) -> list[Case]:
     """A bounded, deterministic subset: every case of the small kinds (seed, name, switch, rate, positive,
     override, and the sizes that cannot be allocated); for a size one bad value per key, and an interpolation on
-    every fourth leaf (its three forms in turn), rotating through them in generated order; a case whose overrides were already taken
-    (a key every model shares) is left out. ``seen`` collects the overrides taken."""
+    every fourth leaf (its three forms in turn), rotating through them in generated order; a case whose overrides
+    were already taken (a key every model shares) is left out. ``seen`` collects the overrides taken."""
     out, turn = [], {"size": 0, "interpolation": 0}
     for case in cases:
         text = " ".join(case.overrides)
