@@ -183,7 +183,7 @@ def _representatives() -> list:
         if case.overrides[0].endswith("=10000000") and "memory" not in picked:
             picked["memory"] = case
     GlobalHydra.instance().clear()
-    return list(picked.values())
+    return list(picked.items())
 
 
 # each refused run also carries a run folder path that Hydra and the shell must read as one path, and a trainer
@@ -195,8 +195,15 @@ EXTRA = [  # issue cases the kinds do not produce as such
 ]
 
 
+# kinds the validator reports together (every bad single value named in its one line): one train.py run for all
+TOGETHER = ("seed", "size", "rate", "positive", "name", "switch")
+
+
 def _train_cases():
-    reps = [(c.id, list(c.overrides)) for c in _representatives()] + EXTRA
+    cases = _representatives()
+    together = [c for label, c in cases if label in TOGETHER]
+    reps = [("+".join(c.kind for c in together), [o for c in together for o in c.overrides])]
+    reps += [(f"{label}:{c.id}", list(c.overrides)) for label, c in cases if label not in TOGETHER] + EXTRA
     return [pytest.param(ov, TRAINERS[i % 3], RUN_DIRS[i % 3], id=f"{cid}-{TRAINERS[i % 3]}")
             for i, (cid, ov) in enumerate(reps)]
 
@@ -226,8 +233,9 @@ def test_generated_bad_values_through_train_py(overrides, trainer, run_dir, tmp_
     args = [o.replace("{root}", str(root)) for o in overrides]
     out = _run("train.py", [*args, trainer, f"hydra.run.dir={hydra_value(root / 'outputs' / run_dir)}"], root)
     line = _assert_one_line_refusal(out, root)
-    key = args[0].lstrip("+~").split("=")[0]
-    assert key.split(".")[-1] in line or "model.net has" in line, line  # the line names what is wrong
+    for arg in args:  # the line names every bad key
+        key = arg.lstrip("+~").split("=")[0]
+        assert key.split(".")[-1] in line or "model.net has" in line, (key, line)
 
 
 def _cli_config(name: str, overrides=()):
