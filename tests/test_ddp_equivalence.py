@@ -31,6 +31,7 @@ import pytest
 import torch
 from helpers import compose_train, run_cli
 
+from attnlab.quoting import hydra_value
 from attnlab.train import build_model
 
 STEPS = 4
@@ -89,13 +90,16 @@ def test_two_ranks_train_what_one_process_trains(family, tmp_path, cache_dir):
                   f"trainer.limit_train_batches={2 * STEPS}"]
     one = run_cli([*common, *single, f"hydra.run.dir={tmp_path}/single"], cache_dir, env=ONE_THREAD)
     assert one.returncode == 0, one.stdout[-3000:]
+    # a run folder whose path has a space, a comma and parentheses: rank 1 re-parses it as a Hydra override (a
+    # comma unquoted is a sweep list to Hydra: the child failed and Lightning killed the process group, exit 137)
+    ddp_dir = tmp_path / "ddp run, (2 ranks)"
     two = run_cli([*common, "trainer=ddp_cpu", f"data.batch_size={batch}", f"trainer.limit_train_batches={STEPS}",
-                   f"hydra.run.dir={tmp_path}/ddp"], cache_dir, env=ONE_THREAD)
+                   f"hydra.run.dir={hydra_value(ddp_dir)}"], cache_dir, env=ONE_THREAD)
     assert two.returncode == 0, two.stdout[-3000:]
-    assert (tmp_path / "ddp" / "ddp_rank1.log").exists()  # rank 1 really ran
+    assert (ddp_dir / "ddp_rank1.log").exists()  # rank 1 really ran, in the same folder
 
     a = torch.load(tmp_path / "single/checkpoints/last.ckpt", weights_only=True)
-    b = torch.load(tmp_path / "ddp/checkpoints/last.ckpt", weights_only=True)
+    b = torch.load(ddp_dir / "checkpoints/last.ckpt", weights_only=True)
     assert a["global_step"] == b["global_step"] == STEPS
     a, b = a["state_dict"], b["state_dict"]
     assert a.keys() == b.keys()

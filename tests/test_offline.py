@@ -25,8 +25,14 @@ import pytest
 import pytest_socket  # the dev extra's pytest-socket
 from helpers import compose_train
 
+from attnlab.compare import main as compare_main
 from attnlab.paths import ROOT
-from attnlab.train import run
+from attnlab.train import run, write_metrics
+from attnlab.workspace import main as workspace_main
+
+if str(ROOT) not in sys.path:  # the claims live in experiments/ at the repository root (as tests/claims/ does)
+    sys.path.insert(0, str(ROOT))
+from experiments.claims.report import write_report  # noqa: E402
 
 # pytest-socket warns on every refusal; the refusals here are this file's own checks
 pytestmark = pytest.mark.filterwarnings("ignore:A test tried to use socket")
@@ -89,7 +95,11 @@ def test_a_swallowed_attempt_is_still_recorded(sockets_refused):
 
 
 @pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="W&B's service needs a Unix socket to run offline here")
-def test_default_job_prepares_data_and_trains_with_sockets_refused(tmp_path, one_thread, sockets_refused):
+def test_default_job_prepares_data_and_trains_with_sockets_refused(tmp_path, one_thread, sockets_refused,
+                                                                    monkeypatch):
+    # WANDB_MODE unset, as on a user's machine (the suite sets it to offline; the namespace test below keeps that):
+    # the logger's own `offline: true` must keep W&B off the network
+    monkeypatch.delenv("WANDB_MODE", raising=False)
     with pytest.raises(RuntimeError):  # the guard is really on
         socket.create_connection(("example.com", 443), timeout=1)
     with pytest.raises(RuntimeError):
@@ -110,6 +120,23 @@ def test_default_job_prepares_data_and_trains_with_sockets_refused(tmp_path, one
     run_dir = tmp_path / "run"
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert list(run_dir.glob("wandb/offline-run-*/run-*.wandb"))
+    assert sockets_refused == []
+
+    # the review tools on that run, still with every socket refused: compare and the W&B workspace builder (on a
+    # sweep of copies of it under two settings; the workspace reads their offline W&B runs), the claims report
+    # (docs/results/*.json)
+    sweep = tmp_path / "sweep"
+    for i, norm in enumerate(["pre", "pre", "rms", "rms"]):
+        job = sweep / str(i)
+        shutil.copytree(run_dir, job, ignore=shutil.ignore_patterns("*.ckpt"))
+        (job / ".hydra").mkdir(exist_ok=True)
+        (job / ".hydra" / "overrides.yaml").write_text(f"- norm={norm}\n- seed={i % 2}\n")
+        write_metrics(job, metrics)  # as train.py writes it after run()
+    assert compare_main([str(sweep), "--by", "norm", "--out", str(tmp_path / "comparison")]) == 0
+    assert workspace_main([str(sweep), "--out", str(tmp_path / "workspace.json")]) == 0
+    docs = tmp_path / "docs"
+    shutil.copytree(ROOT / "docs" / "results", docs / "results")
+    assert write_report(docs).is_file()
     assert sockets_refused == []
 
 

@@ -66,12 +66,18 @@ def test_translate_reads_stdin_and_writes_one_line_per_sentence(trained, cache_d
                cache_dir=cache_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(proc.stdout.splitlines()) == 2  # translations only: logs go to stderr
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())  # nothing written into its run folder
     nbest = cli("translate.py", f"ckpt={ckpt}", "beam_size=3", "n_best=3", f"hydra.run.dir={tmp_path}",
                 stdin="seven\n", cache_dir=cache_dir)
     lines = [line.split("\t") for line in nbest.stdout.splitlines()]
     assert [(r[0], r[1]) for r in lines] == [("0", "0"), ("0", "1"), ("0", "2")], nbest.stderr[-2000:]
     scores = [float(r[2]) for r in lines]
     assert scores == sorted(scores, reverse=True)
+    # to a file: the log counts the lines written (3 per input line), not the input lines
+    to_file = cli("translate.py", f"ckpt={ckpt}", "beam_size=3", "n_best=3", f"output={tmp_path / 'nbest.tsv'}",
+                  f"hydra.run.dir={tmp_path / 'run'}", stdin="seven\neight\n", cache_dir=cache_dir)
+    assert len((tmp_path / "nbest.tsv").read_text().splitlines()) == 6
+    assert "6 translations (3-best of 2 lines) written" in to_file.stderr, to_file.stderr[-2000:]
 
 
 def _one_line_error(proc: subprocess.CompletedProcess, message: str) -> None:

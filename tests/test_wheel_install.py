@@ -33,6 +33,14 @@ def run(argv: list, cwd: Path, timeout: int = 300) -> subprocess.CompletedProces
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def outer_site_packages() -> list[str]:
+    """This interpreter's site-packages folders (a virtual environment's when the suite runs in one)."""
+    import site
+
+    found = [*site.getsitepackages(), site.getusersitepackages()]
+    return [p for p in dict.fromkeys(found) if Path(p).is_dir()]
+
+
 def test_wheel_trains_outside_the_repository(tmp_path):
     source = tmp_path / "source"
     for name in SOURCES:
@@ -51,6 +59,12 @@ def test_wheel_trains_outside_the_repository(tmp_path):
     made = run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], cwd=tmp_path)
     assert made.returncode == 0, made.stdout
     python = venv / "bin" / "python"
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    # --system-site-packages sees the base interpreter's packages only: where this suite runs in a virtual
+    # environment (the usual install), torch & co. live in that environment's site-packages, so they are added
+    # after the new venv's own (a .pth line is a plain sys.path entry: the outer env's editable attnlab finder,
+    # itself a .pth, is not run, and the wheel installed here comes first)
+    (site / "_outer_environment.pth").write_text("\n".join(outer_site_packages()) + "\n")
     # pip comes from the machine's site-packages and installs into the venv; --ignore-installed: the machine's
     # editable attnlab of the same version must not count as already installed
     installed = run([python, "-m", "pip", "install", "--no-deps", "--ignore-installed", "-q", wheel], cwd=tmp_path)
@@ -62,7 +76,6 @@ def test_wheel_trains_outside_the_repository(tmp_path):
                  "print(json.dumps([attnlab.__file__, str(p.CONF_DIR), str(p.ROOT)]))"], cwd=work)
     print(where.stdout)  # the installed package's attnlab.__file__, not this checkout's (shown with -s)
     package_file, conf_dir, root = map(Path, json.loads(where.stdout.splitlines()[-1]))
-    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
     assert package_file == site / "attnlab" / "__init__.py"
     assert conf_dir == site / "attnlab" / "conf" and (conf_dir / "train.yaml").is_file()
     assert not (conf_dir / "local" / "default.yaml").exists()

@@ -64,6 +64,22 @@ def is_seed(value: Any) -> bool:
     return is_int(value) and -(1 << 63) <= value < (1 << 64)
 
 
+def is_device(value: Any) -> bool:
+    """A device torch can use here: ``cpu``, or ``cuda``/``cuda:N`` on a machine with that GPU."""
+    import torch
+
+    try:
+        device = torch.device(str(value))
+    except (RuntimeError, ValueError):
+        return False
+    if device.type == "cuda":
+        return torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()
+    return device.type in ("cpu", "mps") and (device.type != "mps" or torch.backends.mps.is_available())
+
+
+DEVICE_HELP = "cpu, or cuda / cuda:N on a machine with that GPU"
+
+
 class OutputError(UserError, OSError):
     """An output path the entry point cannot write (a file where a folder must be, a read-only disk)."""
 

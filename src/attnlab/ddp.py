@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-import torch.distributed as dist
+from .quoting import hydra_value
 
 
 def hydra_child_command(local_rank: int) -> tuple[Sequence[str], str]:
@@ -38,7 +38,10 @@ def hydra_child_command(local_rank: int) -> tuple[Sequence[str], str]:
         command += ["-cp", os.path.join(job_dir, hc.output_subdir), "-cn", "config.yaml"]
     else:  # nothing saved: fall back to the job's own overrides (never the sweep's argv)
         command += list(hc.overrides.task)
-    command += [f"hydra.run.dir={job_dir}", "hydra.output_subdir=null", f"hydra.job.name=ddp_rank{local_rank}"]
+    # quoted for Hydra's override parser: a run folder with a comma (a sweep list to Hydra), parentheses, spaces or
+    # quotes in its path made the child fail to parse its command line, and Lightning then killed the process group
+    command += [f"hydra.run.dir={hydra_value(job_dir)}", "hydra.output_subdir=null",
+                f"hydra.job.name=ddp_rank{local_rank}"]
     return command, get_original_cwd()
 
 
@@ -60,6 +63,8 @@ _RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WO
 @contextmanager
 def distributed_job() -> Iterator[None]:
     """Run one job; then leave no process group and the rendezvous environment as it was before the job."""
+    import torch.distributed as dist  # here, not at import: train.py refuses bad input before torch is imported
+
     saved = {k: os.environ.get(k) for k in _RENDEZVOUS_VARS}
     try:
         yield

@@ -17,9 +17,10 @@ from omegaconf import DictConfig
 
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 from .checkpoints import load_task as load_checkpoint
-from .cli_input import OptionError, check, is_int, is_number, is_seed
+from .cli_input import DEVICE_HELP, OptionError, check, is_device, is_int, is_number, is_seed
 from .data.tokenizer import BPETokenizer
 from .errors import one_line_errors
+from .hydra_errors import one_line_hydra_errors
 from .paths import CONF_DIR
 
 log = logging.getLogger(__name__)
@@ -71,10 +72,13 @@ def check_options(cfg: DictConfig) -> None:
           "a number in (0, 1], or 1 / null for no nucleus filter")
     check(cfg, "use_cache", lambda v: isinstance(v, bool), "true or false")
     check(cfg, "seed", is_seed, "an integer from -2**63 to 2**64 - 1")
+    check(cfg, "device", is_device, DEVICE_HELP)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="generate")
 def _main(cfg: DictConfig) -> None:
+    global _job_started
+    _job_started = True
     with one_line_errors(log):
         ckpt = checkpoint_option(cfg)
         check_options(cfg)
@@ -90,8 +94,11 @@ def _main(cfg: DictConfig) -> None:
         log.info(f"samples written to {out}")
 
 
+_job_started = False  # Hydra's errors before the job (a bad override) are one line, exit 2 (hydra_errors.py)
+
+
 def main() -> None:
-    _main()
+    one_line_hydra_errors(_main, lambda: _job_started)
 
 
 if __name__ == "__main__":

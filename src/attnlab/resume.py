@@ -27,6 +27,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from .errors import UserError
+from .quoting import shell_override
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +236,7 @@ def check_intact(path: str | Path, option: str = "resume") -> None:
               if p != path and _damage(p) is None]
     epochs = [p for p in intact if p.name.startswith("epoch_")]
     use = (epochs or intact or [None])[0]
-    hint = (f"continue from the intact {use.name} with {option}={use}" if use is not None
+    hint = (f"continue from the intact {use.name} with {shell_override(option, use)}" if use is not None
             else "no intact checkpoint next to it: start the run anew")
     raise DamagedCheckpointError(f"checkpoint {path} is damaged ({reason}); it is left as it is; {hint}")
 

@@ -44,6 +44,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from . import resume
 from .checkpoints import check_resumed_run
@@ -343,20 +344,97 @@ def check_resume(config: DictConfig, run_dir: Path) -> None:
 def _run_dir(config: DictConfig) -> Path:
     """The single run's folder, ``hydra.run.dir`` resolved as Hydra will create it."""
     HydraConfig.instance().set_config(config)  # as run_job does before it resolves hydra.run.dir
-    return Path(os.path.abspath(str(OmegaConf.select(config, "hydra.run.dir"))))
+    try:
+        return Path(os.path.abspath(str(OmegaConf.select(config, "hydra.run.dir"))))
+    except OmegaConfBaseException as e:  # task_name=${oc.env:UNSET}: one line here, not Hydra's warning + traceback
+        from .utils.validate import interpolation_message
+
+        _refuse(FolderError(interpolation_message(e)))
+        raise
 
 
 class RunFolderCheck(Callback):
-    """translate / generate / synthesize: a run folder that cannot be created (a path under a file, a read-only
-    disk) is one line and exit 2, not the traceback of Hydra's own makedirs. No lock: these runs only read a
-    checkpoint and write their outputs."""
+    """translate / generate / synthesize: the config resolves (an unset ``${oc.env:...}`` or a loop is one line, not
+    a traceback from the first option read) and ``task_name`` is a folder name; a run folder that cannot be created
+    (a path under a file, a read-only disk) is one line and exit 2, not the traceback of Hydra's own makedirs.
+
+    These commands write a run folder only if they write output there (generate's samples.txt, synthesize's WAVs):
+    their configs save no ``.hydra/`` and log to stderr only, and the folder Hydra creates is removed when the
+    process ends if it is still empty (with the folders created for it), whether the command succeeded, was
+    refused or failed. No lock: these runs only read a checkpoint and write their outputs."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         folder = _run_dir(config)
+        problem = _task_config_problem(config, folder)
+        if problem:
+            from .utils.config import ConfigError
+
+            _refuse(ConfigError(problem))
+        top = next((p for p in reversed([folder, *folder.parents]) if not p.exists()), None)
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             _refuse(_folder_error(folder, e))
+        if top is not None:
+            atexit.register(_remove_if_empty, folder, top)
+
+
+def _task_config_problem(config: DictConfig, folder: Path) -> str | None:
+    """The first problem of the command's own config (Hydra's part left out): a value that cannot be resolved, or
+    a ``task_name`` that is no folder name."""
+    import copy
+
+    from omegaconf import open_dict, read_write
+
+    from .utils.validate import interpolation_problem, name_check
+
+    resolved = copy.deepcopy(config)
+    with read_write(resolved.hydra.runtime), open_dict(resolved.hydra.runtime):
+        resolved.hydra.runtime.output_dir = str(folder)  # what paths.output_dir reads (run_job sets it so too)
+    HydraConfig.instance().set_config(resolved)
+    try:
+        with read_write(resolved), open_dict(resolved):
+            del resolved["hydra"]
+        problem = _cli_override_problem(config) or interpolation_problem(resolved)
+        if problem is None and "task_name" in resolved:
+            bad = name_check(64, folder=True)(resolved.task_name)
+            problem = bad and f"task_name={resolved.task_name}: {bad}"
+        return problem
+    finally:
+        HydraConfig.instance().set_config(config)
+
+
+def _cli_override_problem(config: DictConfig) -> str | None:
+    """``+x=1`` / ``++x=1`` adding a key the command does not have (it was silently ignored), or ``~option``
+    removing one of its options (an option needs a value)."""
+    from .paths import CONF_DIR
+
+    name = OmegaConf.select(config, "hydra.job.config_name")
+    try:
+        options = set(OmegaConf.load(CONF_DIR / f"{name}.yaml").keys()) - {"defaults", "hydra"} | {"paths"}
+    except OSError:
+        return None
+    node = OmegaConf.select(config, "hydra.overrides.task", default=None)
+    # as typed: iterating the ListConfig would resolve `beam_size=${oc.env:X}` written there
+    for override in OmegaConf.to_container(node, resolve=False) if node is not None else []:
+        override = str(override)
+        if not override.startswith(("+", "~")) or override.lstrip("+~").startswith("hydra"):
+            continue
+        key = override.lstrip("+~").split("=", 1)[0]
+        top = key.split(".", 1)[0]
+        if override.startswith("~") and top in options:
+            return f"{override}: {name} needs its option {key}; give it a value ({key}=...) instead"
+        if override.startswith("+") and top not in options:
+            return f"{override}: {name} has no option {top} (its options: {', '.join(sorted(options))})"
+    return None
+
+
+def _remove_if_empty(folder: Path, top: Path) -> None:
+    """At exit: the run folder and the folders created for it, each only if empty (never a file is removed)."""
+    try:
+        _remove_created(folder, top)
+    except OSError:
+        pass
 
 
 def _resuming(config: DictConfig) -> bool:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import UserError, one_line_message
+from .quoting import shell_path
 
 
 class RunHistoryError(UserError, ValueError):
@@ -121,7 +122,7 @@ def read_wandb_history(run_dir: Path) -> History:
         for path in runs:
             rows += read_wandb_file(path)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
-        return History([], f"{e}; `wandb sync {runs[-1].parent}` uploads it to view online")
+        return History([], f"{e}; `wandb sync {shell_path(runs[-1].parent)}` uploads it to view online")
     return History(rows, ", ".join(str(p) for p in runs))
 
 

@@ -31,9 +31,11 @@ from . import resume  # noqa: F401  (registers the resume_dir resolver that conf
 from .audio.features import MelExtractor
 from .audio.wav import write_wav
 from .checkpoints import CheckpointError, load_task
-from .cli_input import InputError, check, check_output, is_int, is_number, is_seed, read_lines
+from .cli_input import (DEVICE_HELP, InputError, check, check_output, is_device, is_int, is_number, is_seed,
+                        read_lines)
 from .data.characters import CharVocab, normalize_text
 from .errors import one_line_errors
+from .hydra_errors import one_line_hydra_errors
 from .paths import CONF_DIR
 
 log = logging.getLogger(__name__)
@@ -158,10 +160,13 @@ def check_options(cfg: DictConfig) -> None:
     check(cfg, "seed", is_seed, "an integer from -2**63 to 2**64 - 1")
     check(cfg, "input_errors", lambda v: v in ("strict", "replace"), "strict or replace")
     check_output("out_dir", cfg.get("out_dir"), folder=True)
+    check(cfg, "device", is_device, DEVICE_HELP)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="synthesize")
 def _main(cfg: DictConfig) -> None:
+    global _job_started
+    _job_started = True
     with one_line_errors(log):
         check_options(cfg)
         # the text before the model: a bad input fails without waiting for the model to load (seconds, most of it
@@ -178,8 +183,11 @@ def _main(cfg: DictConfig) -> None:
             print(f"{r['text']!r} -> {r['wav']} ({r['frames']} frames{pieces}){stop}")
 
 
+_job_started = False  # Hydra's errors before the job (a bad override) are one line, exit 2 (hydra_errors.py)
+
+
 def main() -> None:
-    _main()
+    one_line_hydra_errors(_main, lambda: _job_started)
 
 
 if __name__ == "__main__":

@@ -233,7 +233,9 @@ def continue_run(cfg: DictConfig, run_dir: Path) -> None:
 
 
 def train_job(cfg: DictConfig, hc) -> float | None:
-    validate_config(cfg)  # bad numbers (n_heads=0, lr=-1): one line naming the key, before anything is built
+    # bad values (n_heads=0, seed=-1, task_name=nan, an unset ${oc.env:...}, +attn.foo=1, a model too big to fit):
+    # one line naming the key, before anything is built or Lightning imported; the folder is then discarded
+    validate_config(cfg, hc.overrides.task)
     check_block_groups(cfg, hc.overrides.task)
     check_targets(cfg.model, "model")  # the classes its checkpoint will name: ones every loader accepts
     if cfg.get("resume"):
@@ -258,8 +260,10 @@ def train_job(cfg: DictConfig, hc) -> float | None:
 
 
 def main() -> None:
+    from .hydra_errors import one_line_hydra_errors
+
     try:
-        _main()
+        one_line_hydra_errors(_main, lambda: _job_started)
     except SystemExit as e:
         # Hydra reports a bad command line (an unknown group option or key, a malformed override) with its own
         # message and exit status 1; like every other bad input here it exits with 2. The exception Hydra

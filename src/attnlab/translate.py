@@ -24,9 +24,10 @@ from omegaconf import DictConfig
 
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 from .checkpoints import CheckpointError, load_task
-from .cli_input import (InputError, OptionError, check, check_output, is_int, is_number, read_lines,
-                        write_output)
+from .cli_input import (DEVICE_HELP, InputError, OptionError, check, check_output, is_device, is_int, is_number,
+                        read_lines, write_output)
 from .errors import UserError, one_line_errors
+from .hydra_errors import one_line_hydra_errors
 from .paths import CONF_DIR
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ def check_options(cfg: DictConfig) -> None:
     check(cfg, "on_too_long", lambda v: v in ON_TOO_LONG, "skip (empty output line, exit 3), truncate or error")
     check(cfg, "input_errors", lambda v: v in ("strict", "replace"), "strict or replace")
     check_output("output", cfg.get("output"))
+    check(cfg, "device", is_device, DEVICE_HELP)
 
 
 def format_translations(result: Translations, n_best: int) -> str:
@@ -146,8 +148,13 @@ def _numbers(lines: list[int], shown: int = 20) -> str:
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="translate")
 def _main(cfg: DictConfig) -> None:
+    global _job_started
+    _job_started = True
     with one_line_errors(log):
         _translate(cfg)
+
+
+_job_started = False  # Hydra's errors before the job (a bad override) are one line, exit 2 (hydra_errors.py)
 
 
 def _translate(cfg: DictConfig) -> None:
@@ -168,7 +175,9 @@ def _translate(cfg: DictConfig) -> None:
     text = format_translations(result, cfg.n_best)
     if cfg.output:
         write_output("output", Path(cfg.output).expanduser(), lambda p: p.write_text(text, encoding="utf-8"))
-        log.info(f"{len(lines) - len(result.skipped)} translations written to {cfg.output}")
+        written = sum(len(h) for h in result.hyps) if cfg.n_best > 1 else len(lines) - len(result.skipped)
+        best = f" ({cfg.n_best}-best of {len(lines) - len(result.skipped)} lines)" if cfg.n_best > 1 else ""
+        log.info(f"{written} translations{best} written to {cfg.output}")
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -183,7 +192,7 @@ def _translate(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    _main()
+    one_line_hydra_errors(_main, lambda: _job_started)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from typing import Any
 
 from .cli_input import check_output
 from .errors import UserError, one_line_message
+from .quoting import shell_path
 from .sweep_jobs import SweepJob
 from .wandb_runs import OfflineRun, offline_run_dirs, read_offline_runs
 
@@ -359,13 +360,13 @@ def save(workspace, path: Path) -> dict:
 def sync_command(sweep: Sweep) -> str:
     """``wandb sync`` of every offline run of the folder, as shell globs (one per depth of its jobs)."""
     depths = sorted({len(j.dir.relative_to(sweep.root).parts) for j in sweep.jobs})
-    return "wandb sync " + " ".join(str(sweep.root / ("*/" * d + "wandb/offline-run-*")).replace("/./", "/")
-                                    for d in depths)
+    # the folder quoted for the shell, the globs after it left for the shell to expand
+    return "wandb sync " + " ".join(f"{shell_path(sweep.root)}/{'*/' * d}wandb/offline-run-*" for d in depths)
 
 
 def publish_command(root: Path, out: Path) -> str:
-    extra = "" if out == root / WORKSPACE_FILE else f" --out {out}"
-    return f"python -m attnlab.workspace {root} --publish{extra} --entity <entity> --project <project>"
+    extra = "" if out == root / WORKSPACE_FILE else f" --out {shell_path(out)}"
+    return f"python -m attnlab.workspace {shell_path(root)} --publish{extra} --entity <entity> --project <project>"
 
 
 def publish(path: Path, entity: str | None, project: str | None) -> str:

@@ -65,6 +65,7 @@ from typing import Any, Sequence
 
 import lightning as L
 import torch
+from ..quoting import shell_override
 from ..utils.config import at_least
 
 __all__ = ["PreemptionCheckpoint", "preemption_signal"]
@@ -270,4 +271,4 @@ class PreemptionCheckpoint(L.Callback):
             log.warning(
                 f"PreemptionCheckpoint handles {requeue_signal.name} during training instead of Lightning's SLURM "
                 f"auto-requeue: requeue from the job script when {self._dir / MARKER} exists, and resume with "
-                f"ckpt_path={self._dir / self.filename}")
+                f"{shell_override('ckpt_path', self._dir / self.filename)}")

@@ -19,13 +19,15 @@ line); the numbers it is given are checked here.
 from __future__ import annotations
 
 import math
+import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import InterpolationKeyError
+from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from ..data.numbers import TARGET_LANGS
 from ..decoding.scheduled_sampling import SCHEDULES
@@ -87,6 +89,62 @@ PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-t
               "transformer-engine-float16", "64", "32", "16", "bf16", 64, 32, 16)
 
 
+# Lightning's seed_everything (and numpy's) take 0 .. 2**32 - 1; outside, Lightning raised a traceback after ~10 s
+SEED_MAX = 2**32 - 1
+
+
+def seed(v: Any) -> str | None:
+    return None if _is_int(v) and 0 <= v <= SEED_MAX else f"must be an integer from 0 to {SEED_MAX}"
+
+
+def boolean(v: Any) -> str | None:
+    return None if isinstance(v, bool) else "must be true or false"
+
+
+# characters W&B refuses in a project name (wandb.sdk.lib.runid / the server's check)
+_WANDB_PROJECT_BAD = set('/\\#?%:')
+
+
+def name_check(max_len: int, *, folder: bool = False, bad_chars: set[str] = frozenset(), nullable: bool = False,
+               quote_hint: str = "") -> Check:
+    """Text that becomes a folder name (``folder``: no ``/``, not ``.``/``..``) or a W&B field: a string (``nan``,
+    ``1e3``, ``true`` on the command line are numbers and booleans; quote them), non-empty, at most ``max_len``
+    characters, no control characters."""
+
+    def check(v: Any) -> str | None:
+        if v is None and nullable:
+            return None
+        what = f"must be text of 1 to {max_len} characters" + (" (or null)" if nullable else "")
+        if not isinstance(v, str):
+            hint = f" ({quote_hint})" if quote_hint else ""
+            return f"{what}; on the command line quote a value that reads as a number or boolean{hint}"
+        if not v.strip() or len(v) > max_len or any(ord(c) < 32 or c == "\x7f" for c in v):
+            return f"{what}, without control characters"
+        if folder and ("/" in v or "\\" in v or v in (".", "..")):
+            return f"{what}: it names a folder, so no / or \\ and not . or .."
+        if bad := sorted(set(v) & set(bad_chars)):
+            return f"{what}, without {' '.join(bad)}"
+        return None
+
+    return check
+
+
+def tag_list(v: Any) -> str | None:
+    from .sweep import WANDB_TAG_MAX
+
+    ok = v is None or (isinstance(v, (list, tuple)) and all(isinstance(t, (str, int, float)) and not isinstance(
+        t, bool) and 0 < len(str(t)) <= WANDB_TAG_MAX for t in v))
+    return None if ok else f"must be a list of tags of 1 to {WANDB_TAG_MAX} characters (W&B's limit)"
+
+
+def path_text(v: Any) -> str | None:
+    return None if isinstance(v, str) and v.strip() and "\0" not in v else "must be a path"
+
+
+def optional_path(v: Any) -> str | None:
+    return None if v is None else path_text(v)
+
+
 def non_negative_number(v: Any) -> str | None:
     return None if _is_number(v) and v >= 0 else "must be a number >= 0"
 
@@ -126,6 +184,21 @@ def optional(check: Check) -> Check:
 
 
 RULES: list[tuple[str, Check]] = [
+    # the run: its seed, the names that become folders (outputs/<task_name>/runs) and W&B fields, switches
+    ("seed", seed),
+    ("task_name", name_check(64, folder=True, quote_hint="task_name=\"'nan'\"")),  # W&B's job_type: <= 64
+    ("experiment_name", name_check(128, folder=True, nullable=True, quote_hint="experiment_name=\"'1'\"")),
+    ("tags", tag_list),
+    *((k, boolean) for k in ("train", "test", "compile")),
+    ("ckpt_path", optional_path),
+    ("resume", optional_path),
+    ("optimized_metric", name_check(256, nullable=True)),
+    *((f"paths.{k}", path_text) for k in ("root_dir", "cache_dir", "log_dir", "output_dir")),
+    ("logger.wandb.project", name_check(128, bad_chars=_WANDB_PROJECT_BAD, quote_hint="logger.wandb.project="
+                                        "\"'1'\"")),
+    *((f"logger.wandb.{k}", name_check(128, nullable=True)) for k in ("entity", "name", "group", "id")),
+    ("logger.wandb.job_type", name_check(64, nullable=True)),
+    ("logger.wandb.tags", tag_list),
     # sizes of every model family (causal_lm, transformer_mt/nat, seq2seq_*, sequence_classifier, vit, tts)
     *((f"model.net.{k}", positive_int) for k in (
         "vocab_size", "d_model", "n_heads", "n_layers", "d_emb", "d_hidden", "max_len", "num_classes", "kernel_size",
@@ -151,6 +224,10 @@ RULES: list[tuple[str, Check]] = [
     ("model.encoder", one_of(ENCODERS)),
     ("model.decoding.*.beam_size", positive_int),
     ("data.batch_size", positive_int),
+    ("data.*_size", positive_int),  # train_size, val_size, copy_test_size, ...
+    *((f"data.{k}", positive_int) for k in ("max_chars", "max_frames")),  # the speech corpora
+    *((f"data.mel.{k}", positive_int) for k in ("sample_rate", "n_fft", "hop_length", "win_length", "n_mels")),
+    ("model.guided_attention.heads", optional(positive_int)),
     ("data.vocab_size", positive_int),
     ("data.seq_len", positive_int),
     ("data.image_size", positive_int),
@@ -164,6 +241,21 @@ RULES: list[tuple[str, Check]] = [
     ("data.copy_fraction", unit_interval),
     ("data.pydoc_fraction", unit_interval),
     ("trainer.accumulate_grad_batches", positive_int),
+    ("trainer.log_every_n_steps", positive_int),
+    ("trainer.check_val_every_n_epoch", optional(positive_int)),
+    ("trainer.min_epochs", optional(non_negative_int)),
+    ("trainer.num_sanity_val_steps", int_at_least(-1)),  # -1: the whole validation set
+    ("trainer.gradient_clip_val", optional(non_negative_number)),
+    *((f"trainer.{k}", boolean) for k in ("enable_progress_bar", "enable_checkpointing", "enable_model_summary")),
+    # callbacks (conf/callbacks): how often and how much they write
+    *((f"callbacks.*.{k}", positive_int) for k in ("every_n_epochs", "every_n_steps", "check_every_n_steps",
+                                                   "log_every_n_steps", "max_tokens", "max_heads", "size")),
+    ("callbacks.*.max_layers", optional(positive_int)),
+    ("callbacks.nonfinite.max_skips", non_negative_int),
+    ("callbacks.model_checkpoint.save_top_k", int_at_least(-1)),  # -1: keep every checkpoint
+    ("callbacks.model_checkpoint.mode", one_of(("min", "max"))),
+    ("callbacks.early_stopping.mode", one_of(("min", "max"))),
+    ("callbacks.early_stopping.patience", non_negative_int),
     ("trainer.precision", one_of(PRECISIONS)),
     ("trainer.max_epochs", optional(int_at_least(-1))),  # -1: no limit (Lightning's convention)
     ("trainer.max_steps", optional(int_at_least(-1))),
@@ -299,26 +391,27 @@ def _pattern(glob: str) -> re.Pattern:
     return re.compile("[^.]*".join(re.escape(part) for part in glob.split("*")) + r"\Z")
 
 
+# the top-level keys of conf/train.yaml the rules read (the groups are read whole)
+TOP_KEYS = ("seed", "task_name", "experiment_name", "tags", "train", "test", "compile", "ckpt_path", "resume",
+            "optimized_metric")
+
 _COMPILED = [(_pattern(glob), check) for glob, check in RULES]
 
 
-def _checked_values(cfg: DictConfig) -> dict[str, Any]:
-    """The flattened, resolved values the rules look at: model, data, trainer, and the block groups the model is
-    built from (``model.net.moe`` etc. are those groups interpolated; they are checked under the group's name)."""
-    view: dict[str, Any] = {}
-    for key in ("model", "data", "trainer"):
-        node = cfg.get(key)
-        if isinstance(node, DictConfig):
-            view[key] = OmegaConf.to_container(node, resolve=True)
-    groups = used_groups(cfg)
-    for g in groups:
-        node = cfg.get(g)
-        if isinstance(node, DictConfig) and len(node):  # moe=off is {}
-            view[g] = OmegaConf.to_container(node, resolve=True)
-    net = view.get("model", {}).get("net")
-    if isinstance(net, dict):
-        for g in BLOCK_GROUPS:
-            net.pop(g, None)
+def _checked_values(cfg: DictConfig, resolved: dict | None = None) -> dict[str, Any]:
+    """The flattened, resolved values the rules look at: the run's top-level keys, model, data, trainer, paths,
+    logger, callbacks, and the block groups the model is built from (``model.net.moe`` etc. are those groups
+    interpolated; they are checked under the group's name). ``resolved``: the whole config already resolved."""
+    if resolved is None:
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+    view: dict[str, Any] = {k: resolved[k] for k in TOP_KEYS if k in resolved}
+    for key in ("model", "data", "trainer", "paths", "logger", "callbacks", *used_groups(cfg)):
+        node = resolved.get(key)
+        if isinstance(node, dict) and (len(node) or key not in BLOCK_GROUPS):  # moe=off is {}
+            view[key] = node
+    net = (view.get("model") or {}).get("net")
+    if isinstance(net, dict):  # a copy without the interpolated groups (checked under their own names above)
+        view["model"] = {**view["model"], "net": {k: v for k, v in net.items() if k not in BLOCK_GROUPS}}
     return flatten(view)
 
 
@@ -335,13 +428,44 @@ def missing_values(node: Any, prefix: str) -> list[str]:
     return found
 
 
-def _choices(cfg: DictConfig) -> dict[str, str]:
+def interpolation_problem(cfg: DictConfig) -> str | None:
+    """The first value of the run's config that cannot be resolved (a key that does not exist, a loop, an unset
+    environment variable, a malformed ``${...}``), named with the key that holds it; None if all resolve."""
+    try:
+        OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as e:
+        return interpolation_message(e)
+    return None
+
+
+def interpolation_message(e: OmegaConfBaseException) -> str:
+    key = getattr(e, "full_key", None) or "a value"
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, InterpolationKeyError):  # ${x.y} names a key that does not exist
+        missing = first.split("'")[1] if first.count("'") >= 2 else "?"
+        choices = _choices(None)
+        if key.startswith("model.") and missing.startswith("data.") and "data" in choices:
+            # e.g. model=vit with data=pydoc: the model reads a key that this data option lacks
+            return (f"{key} reads ${{{missing}}}, which data={choices['data']} does not have: "
+                    f"model={choices.get('model', '?')} needs a data option made for it (leave `data` out to get "
+                    f"the model's own)")
+        return f"{key} reads ${{{missing}}}, which does not exist in the config"
+    if "Recursive interpolation" in first:
+        return f"{key} refers to itself through ${{...}} (an interpolation loop); give it a value"
+    env = re.search(r"Environment variable '([^']*)' not found", first)
+    if env:
+        return (f"{key} reads the environment variable {env.group(1)}, which is not set; set it or give "
+                f"{key}=<value>")
+    return f"{key} cannot be resolved: {first.replace('KeyError raised while resolving interpolation: ', '')}"
+
+
+def _choices(cfg: DictConfig | None) -> dict[str, str]:
     """The config group choices of this run (empty outside a Hydra job, e.g. a composed config in a test)."""
     try:
         from hydra.core.hydra_config import HydraConfig
 
         return {k: str(v) for k, v in HydraConfig.get().runtime.choices.items()}
-    except ValueError:
+    except (ValueError, AttributeError):
         return {}
 
 
@@ -351,12 +475,10 @@ def config_problems(cfg: DictConfig) -> list[str]:
     if missing:  # nothing else can be resolved reliably before these are given
         return [f"{k} is not set: give it on the command line ({k}=...)" for k in missing]
     try:
-        flat = _checked_values(cfg)
-    except InterpolationKeyError as e:  # e.g. model=vit with data=pydoc: the model reads a key that data lacks
-        choices = _choices(cfg)
-        return [f"{e.full_key} reads ${{{str(e).split(chr(39))[1]}}}, which data={choices.get('data', '?')} does not "
-                f"have: model={choices.get('model', '?')} needs a data option made for it (leave `data` out to get "
-                f"the model's own)"]
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as e:  # a key that does not exist, a loop, an unset environment variable
+        return [interpolation_message(e)]
+    flat = _checked_values(cfg, resolved)
     problems = []
     for key, value in flat.items():
         for pattern, check in _COMPILED:
@@ -370,8 +492,132 @@ def config_problems(cfg: DictConfig) -> list[str]:
     return [p for relation in RELATIONS if (p := relation(flat))]
 
 
-def validate_config(cfg: DictConfig) -> None:
-    """Raise :class:`ConfigError` naming every bad value (on one line, ``; ``-separated) before anything is built."""
+def validate_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
+    """Raise :class:`ConfigError` naming every bad value (on one line, ``; ``-separated) before anything is built;
+    then the parts that ``+``/``++``/``~`` overrides (the command line's, ``overrides``) changed, and the writable
+    places the run needs (the data cache)."""
     problems = config_problems(cfg)
+    if not problems:
+        problems = override_problems(cfg, overrides) + cache_problems(cfg)
+    if not problems:
+        from .model_memory import memory_problem
+
+        problems = [p for p in [memory_problem(cfg)] if p]
     if problems:
         raise ConfigError("; ".join(problems))
+
+
+# keys of a part's config that are Hydra's or train.py's, not arguments of the part
+_META_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_", "name", "shortcuts"}
+
+
+# parts whose **kwargs go on to another callable: checked against that one's parameters too
+KWARGS_GO_TO = {"lightning.pytorch.loggers.wandb.WandbLogger": "wandb.init",
+                "lightning.pytorch.loggers.WandbLogger": "wandb.init"}
+
+
+def _parameters(target: str) -> tuple[set[str], set[str], bool] | None:
+    """(every keyword parameter, the required ones, takes **kwargs) of the callable ``target`` names; None if it
+    cannot be imported or inspected (instantiate then names it)."""
+    import inspect
+
+    from hydra.utils import get_object
+
+    try:
+        obj = get_object(target)
+        # a class whose __init__ passes **kwargs on to its base's: the bases' parameters count too
+        inits = [k.__dict__["__init__"] for k in obj.__mro__ if "__init__" in k.__dict__] \
+            if inspect.isclass(obj) else [obj]
+        sigs = [inspect.signature(f) for f in inits] if inspect.isclass(obj) else [inspect.signature(obj)]
+    except Exception:  # noqa: BLE001 - not ours to judge here
+        return None
+    names, required, var_kw = set(), set(), False
+    for i, sig in enumerate(sigs):
+        var_kw = False
+        for p in list(sig.parameters.values())[1 if inspect.isclass(obj) else 0:]:  # not self
+            if p.kind is p.VAR_KEYWORD:
+                var_kw = True
+            elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                names.add(p.name)
+                if p.default is p.empty and i == 0:
+                    required.add(p.name)
+        if not var_kw:
+            break
+    if var_kw and target in KWARGS_GO_TO:
+        onward = _parameters(KWARGS_GO_TO[target])
+        if onward is not None:
+            names |= onward[0]
+            var_kw = onward[2]
+    return names, required, var_kw
+
+
+def override_problems(cfg: DictConfig, overrides: Sequence[str]) -> list[str]:
+    """``+key=v`` / ``++key=v`` / ``~key`` on a part (a node with ``_target_``): the key must be an argument the
+    part takes, and a deletion must leave every argument it needs. Without this check the typo surfaced as a
+    TypeError traceback from inside instantiate, after Lightning had started. A config group (``+experiment=x``,
+    ``~logger``) and keys of plain nodes (``~callbacks.early_stopping``) are Hydra's business."""
+    if OmegaConf.is_config(overrides):  # as typed: iterating a ListConfig would resolve `x=${...}` in it
+        overrides = OmegaConf.to_container(overrides, resolve=False)
+    problems = []
+    for override in map(str, overrides):
+        if not override.startswith(("+", "~")):
+            continue
+        op = "~" if override.startswith("~") else "++" if override.startswith("++") else "+"
+        key = override[len(op):].split("=", 1)[0]
+        if "." not in key or key.startswith("hydra."):
+            continue
+        parent_key, leaf = key.rsplit(".", 1)
+        parent = OmegaConf.select(cfg, parent_key, throw_on_resolution_failure=False)
+        if not isinstance(parent, DictConfig) or "_target_" not in parent or leaf in _META_KEYS:
+            continue
+        target = str(parent.get("_target_"))
+        found = _parameters(target)
+        if found is None:
+            continue
+        names, required, var_kw = found
+        if op != "~" and leaf not in names and not var_kw:
+            shown = ", ".join(sorted(names)) or "none"
+            problems.append(f"{override}: {target} takes no argument {leaf!r} (its arguments: {shown})")
+        elif op == "~" and leaf in required and not parent.get("_partial_"):
+            problems.append(f"{override} removes {key}, which {target} needs")
+    return problems
+
+
+def _nearest_existing(path: Path) -> Path:
+    for p in (path, *path.parents):
+        if p.exists():
+            return p
+    return Path(path.anchor or "/")
+
+
+def cache_problems(cfg: DictConfig) -> list[str]:
+    """The data cache (``paths.cache_dir``, ATTNLAB_CACHE) must be a folder this process can create and write, on
+    a disk with room: found now, not as an OSError traceback while the corpus is written (after Lightning, the W&B
+    run and the run folder were set up). Nothing is created here."""
+    try:
+        cache = cfg.paths.cache_dir
+    except Exception:  # noqa: BLE001 - a config without paths (composed by hand)
+        return []
+    if not isinstance(cache, str):
+        return []
+    path = Path(os.path.abspath(os.path.expanduser(cache)))
+    above = _nearest_existing(path)
+    why = None
+    if not above.is_dir():
+        why = f"{above} is a file, not a folder"
+    elif not os.access(above, os.W_OK | os.X_OK):
+        why = f"{above} is not writable"
+    else:
+        try:
+            st = os.statvfs(above)
+            if st.f_bavail * st.f_frsize < MIN_FREE_BYTES:
+                why = f"the disk of {above} is full ({st.f_bavail * st.f_frsize // 1024} KiB free)"
+        except OSError:
+            pass
+    if why is None:
+        return []
+    return [f"paths.cache_dir={path}: cannot write the data cache there: {why}; set ATTNLAB_CACHE (or "
+            f"paths.cache_dir) to a writable folder"]
+
+
+MIN_FREE_BYTES = 1 << 20  # less than this on the cache's disk: not even a tokenizer fits

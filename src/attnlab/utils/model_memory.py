@@ -1,0 +1,74 @@
+"""Refuse a model that cannot fit before it is built: ``model.net.d_model=1000000`` asked torch for terabytes and
+ended in an allocation traceback (or the kernel's OOM killer) after Lightning, the run folder and the W&B run were set
+up. The net is built on PyTorch's ``meta`` device (shapes only, no memory), its parameters counted, and training
+needs about four float32 copies of them: weights, gradients and AdamW's two moments. Activations come on top; this
+check only refuses what can never fit.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+BYTES_PER_PARAMETER = 4 * 4  # float32 weights + gradients + AdamW exp_avg + exp_avg_sq
+
+
+def count_parameters(net_cfg: Any) -> int | None:
+    """Parameters of the net a ``model.net`` config builds, counted on the meta device; None if it cannot be built
+    there (the real build then reports what is wrong)."""
+    import hydra
+    import torch
+
+    cfg = OmegaConf.to_container(net_cfg, resolve=True) if isinstance(net_cfg, DictConfig) else net_cfg
+    try:
+        with torch.device("meta"):
+            net = hydra.utils.instantiate(cfg, _convert_="all")
+        return sum(p.numel() for p in net.parameters())
+    except Exception:  # noqa: BLE001 - not this check's to report
+        return None
+
+
+def available_bytes(accelerator: str | None) -> tuple[int, str] | None:
+    """(bytes, where) the parameters would live in: a CUDA device's memory, else the memory the OS has free."""
+    if accelerator in ("gpu", "cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(0).total_memory, "GPU memory"
+    try:
+        with open("/proc/meminfo") as f:
+            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if ":" in line}
+        return info.get("MemAvailable", info.get("MemFree", 0)), "memory available"
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "memory available"
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def memory_problem(cfg: DictConfig) -> str | None:
+    """One phrase if training the configured net needs more memory than there is, else None."""
+    net = OmegaConf.select(cfg, "model.net")
+    if not isinstance(net, DictConfig) or "_target_" not in net:
+        return None
+    params = count_parameters(net)
+    if params is None:
+        return None
+    room = available_bytes(str(OmegaConf.select(cfg, "trainer.accelerator", default="cpu")))
+    need = params * BYTES_PER_PARAMETER
+    if room is None or need <= room[0]:
+        return None
+    return (f"model.net has {params:.3g} parameters: training needs {_size(need)} for its float32 weights, "
+            f"gradients and AdamW state, more than the {_size(room[0])} of {room[1]}; make the model smaller "
+            f"(model.net.d_model, n_layers, data.vocab_size)")
