@@ -116,18 +116,20 @@ def _equal(a, b) -> bool:
 
 
 @pytest.fixture(scope="module")
-def straight(tmp_path_factory, cache_dir) -> dict[str, Path]:
-    """One straight run per checkpoint mode, shared by every chain."""
-    runs = {}
-    for mode in ("max", "min"):
-        log_dir = tmp_path_factory.mktemp(f"straight_{mode}")
-        if mode == "min" and not os.environ.get("ATTNLAB_SLOW_RESUME"):
-            runs[mode] = None
-            continue
-        r = _run([*BASE, f"callbacks.model_checkpoint.mode={mode}"], log_dir, cache_dir)
-        assert r.returncode == 0, r.stdout[-3000:]
-        runs[mode] = _only_run(log_dir)
-    return runs
+def straight(tmp_path_factory, cache_dir):
+    """The straight run of a checkpoint mode, made once and shared by every chain of that mode."""
+    runs: dict[str, Path] = {}
+
+    def get(mode: str, extra: tuple[str, ...] = ()) -> Path:
+        key = mode + " ".join(extra)
+        if key not in runs:
+            log_dir = tmp_path_factory.mktemp(f"straight_{mode}")
+            r = _run([*BASE, f"callbacks.model_checkpoint.mode={mode}", *extra], log_dir, cache_dir)
+            assert r.returncode == 0, r.stdout[-3000:]
+            runs[key] = _only_run(log_dir)
+        return runs[key]
+
+    return get
 
 
 def _check_chain(chain: list[dict], mode: str, straight_run: Path, tmp_path: Path, cache_dir: str,
@@ -162,11 +164,40 @@ def _check_chain(chain: list[dict], mode: str, straight_run: Path, tmp_path: Pat
 
 def test_straight_run_keeps_last_ckpt_newest_when_the_metric_gets_worse(straight):
     """mode=max on val/loss: epoch 0 stays the best (the test uses it), last.ckpt still ends at the last step."""
-    ckpts = straight["max"] / "checkpoints"
+    ckpts = straight("max") / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir()) == ["epoch_000.ckpt", "last.ckpt"]
     assert torch.load(ckpts / "last.ckpt", weights_only=True)["global_step"] == 18
     assert torch.load(ckpts / "epoch_000.ckpt", weights_only=True)["global_step"] == 6
 
 
 def test_stopped_in_every_phase_by_every_signal_then_resumed_equals_straight(straight, tmp_path, cache_dir):
-    _check_chain(DEFAULT, "max", straight["max"], tmp_path, cache_dir)
+    _check_chain(DEFAULT, "max", straight("max"), tmp_path, cache_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chain", SLOW)
+def test_more_stops_then_resumed_equals_straight(chain, straight, tmp_path, cache_dir):
+    mode = MODE.get(chain, "max")
+    _check_chain(SLOW[chain], mode, straight(mode), tmp_path, cache_dir)
+
+
+@pytest.mark.slow
+def test_ddp_stopped_then_resumed_equals_straight(straight, tmp_path, cache_dir):
+    """trainer=ddp_cpu: SIGKILL of both ranks just after an epoch checkpoint, SIGTERM to both in validation."""
+    ddp = ("trainer=ddp_cpu",)
+    chain = [point("after_save", "SIGKILL", step=6, file="last.ckpt", rc=KILLED),
+             point("on_validation_batch_end", "SIGTERM", step=12)]
+    _check_chain(chain, "max", straight("max", ddp), tmp_path, cache_dir, extra=ddp)
+
+
+def test_callbacks_none_still_keeps_last_ckpt_in_the_run_folder(tmp_path, cache_dir):
+    """callbacks=none: Lightning's own default checkpoint went to <run>/<logger>/<version>/checkpoints/, no last.ckpt."""
+    from helpers import compose_train
+
+    from attnlab.train import run
+
+    run(compose_train(["debug=fast", "callbacks=none", "logger=csv", "test=false", "trainer.limit_train_batches=2",
+                       "trainer.limit_val_batches=1"], tmp_path, cache_dir))
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["last.ckpt"]
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
+    assert not list(tmp_path.glob("*/version_*/checkpoints"))

@@ -6,8 +6,14 @@ before the time limit, ``#SBATCH --signal=USR1@120``) into:
     signal during training -> full checkpoint at the next finished optimizer step -> clean end of ``fit``
     (exit code 0) -> ``python train.py ckpt_path=<that checkpoint>`` continues from exactly that step.
 
-The handler only records the signal. At the next ``on_train_batch_end`` that finished an optimizer step (or at the
-end of an in-training validation, if the signal arrived during it) the callback
+``SIGINT`` (Ctrl+C) is handled the same way when configured (conf/callbacks/preemption.yaml does): ``train.py`` then
+exits with 130; a second Ctrl+C raises ``KeyboardInterrupt`` at once (Lightning's interrupt path, no checkpoint).
+
+The handler only records the signal. At the next ``on_train_batch_end`` that finished an optimizer step the callback
+does the following; a signal seen at an epoch's last step or during its validation waits for that epoch's end
+(``on_train_epoch_end``), where the checkpoint callbacks write ``last.ckpt`` and the epoch's top-k file: a checkpoint
+between an epoch's last step and its validation is one Lightning cannot resume exactly (docs/reliability.md,
+"Exact resume"). At that point the callback
 
 1. saves ``trainer.save_checkpoint(<dirpath>/<filename>)``: weights, optimizer and scheduler state, loop progress,
    callback states — the same kind of checkpoint ``ModelCheckpoint`` writes, so resuming loses no finished step
