@@ -133,7 +133,7 @@ def straight(tmp_path_factory, cache_dir):
 
 
 def _check_chain(chain: list[dict], mode: str, straight_run: Path, tmp_path: Path, cache_dir: str,
-                 extra: list[str] = ()) -> None:
+                 extra: list[str] = (), steps: int = 18) -> None:
     base = [*BASE, f"callbacks.model_checkpoint.mode={mode}", *extra]
     log_dir = tmp_path / "outputs"
     for i, fault in enumerate(chain):
@@ -145,7 +145,7 @@ def _check_chain(chain: list[dict], mode: str, straight_run: Path, tmp_path: Pat
 
     want = torch.load(straight_run / "checkpoints" / "last.ckpt", weights_only=True)
     got = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
-    assert got["global_step"] == want["global_step"] == 18  # last.ckpt is the newest state
+    assert got["global_step"] == want["global_step"] == steps  # last.ckpt is the newest state
     for key in ("state_dict", "optimizer_states", "lr_schedulers"):
         assert _equal(got[key], want[key]), f"{key} differs from the straight run's"
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == \
@@ -183,11 +183,12 @@ def test_more_stops_then_resumed_equals_straight(chain, straight, tmp_path, cach
 
 @pytest.mark.slow
 def test_ddp_stopped_then_resumed_equals_straight(straight, tmp_path, cache_dir):
-    """trainer=ddp_cpu: SIGKILL of both ranks just after an epoch checkpoint, SIGTERM to both in validation."""
+    """trainer=ddp_cpu (2 ranks: 3 steps an epoch): SIGKILL of rank 0 just after an epoch checkpoint (rank 1 goes
+    with it), SIGTERM to both ranks in validation."""
     ddp = ("trainer=ddp_cpu",)
-    chain = [point("after_save", "SIGKILL", step=6, file="last.ckpt", rc=KILLED),
-             point("on_validation_batch_end", "SIGTERM", step=12)]
-    _check_chain(chain, "max", straight("max", ddp), tmp_path, cache_dir, extra=ddp)
+    chain = [point("after_save", "SIGKILL", step=3, file="last.ckpt", rc=KILLED),
+             point("on_validation_batch_end", "SIGTERM", step=6)]
+    _check_chain(chain, "max", straight("max", ddp), tmp_path, cache_dir, extra=ddp, steps=9)
 
 
 def test_callbacks_none_still_keeps_last_ckpt_in_the_run_folder(tmp_path, cache_dir):

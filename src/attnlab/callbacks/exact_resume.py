@@ -14,12 +14,14 @@ import logging
 from typing import Any
 
 import lightning as L
+import torch
 
 from .. import loop_position
 
 log = logging.getLogger(__name__)
 
 METRICS_KEY = "logged_metrics"
+RANKS_RNG_KEY = "rng_states_per_rank"
 
 
 def restored_metrics(trainer: L.Trainer) -> dict[str, float]:
@@ -38,6 +40,16 @@ class ExactResume(L.Callback):
             checkpoint[loop_position.KEY] = loop_position.record(trainer)
             # so that a run resumed after its training ended still reports them (metrics.json, the sweep's value)
             checkpoint[METRICS_KEY] = {k: float(v) for k, v in trainer.callback_metrics.items()}
+            if trainer.world_size > 1:
+                # every rank's random state (ranks draw different amounts: batches of different shapes); the task
+                # saves only this rank's (rank 0 writes the file). Collective: every rank dumps every checkpoint.
+                import random
+
+                import torch.distributed as dist
+
+                states: list[Any] = [None] * trainer.world_size
+                dist.all_gather_object(states, {"torch": torch.get_rng_state(), "python": random.getstate()})
+                checkpoint[RANKS_RNG_KEY] = states
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         if trainer.state.fn != "fit":
@@ -46,6 +58,9 @@ class ExactResume(L.Callback):
         if pos is None:
             return
         self.resumed_at = pos
+        per_rank = checkpoint.get(RANKS_RNG_KEY)
+        if isinstance(per_rank, list) and len(per_rank) == trainer.world_size and hasattr(pl_module, "_pending_rng"):
+            pl_module._pending_rng = per_rank[trainer.global_rank]  # Task restores it at the first training step
         metrics = checkpoint.get(METRICS_KEY)
         if isinstance(metrics, dict):
             self.restored_metrics = {str(k): float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
