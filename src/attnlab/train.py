@@ -63,6 +63,23 @@ def drop_callbacks_needing_a_logger(callbacks: list, loggers: list) -> list:
     return [cb for cb in callbacks if cb not in needy]
 
 
+def with_run_checkpointing(cfg: DictConfig, callbacks: list) -> list:
+    """Every run records where each checkpoint stands (``ExactResume``: a resumed run continues exactly there)
+    and, unless ``trainer.enable_checkpointing=false``, keeps ``<run dir>/checkpoints/last.ckpt``: with
+    ``callbacks=none`` (or ``callbacks.model_checkpoint=null``) Lightning would add its own ``ModelCheckpoint``,
+    which writes under ``<run dir>/<logger>/<version>/checkpoints/`` and keeps no ``last.ckpt``."""
+    from lightning.pytorch.callbacks import Checkpoint
+
+    from .callbacks.exact_resume import ExactResume
+    from .callbacks.run_checkpoint import RunCheckpoint
+
+    out = [ExactResume(), *callbacks]
+    if cfg.trainer.get("enable_checkpointing", True) is not False and not any(isinstance(c, Checkpoint) for c in out):
+        out.append(RunCheckpoint(dirpath=str(Path(cfg.paths.output_dir) / "checkpoints"), save_last=True,
+                                 save_top_k=0, enable_version_counter=False))
+    return out
+
+
 def build_model(model_cfg: DictConfig) -> L.LightningModule:
     cfg = OmegaConf.to_container(model_cfg, resolve=True)
     # describe the model for train.py, not constructor arguments: its name, and `shortcuts`, keys like
@@ -125,6 +142,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     callbacks = instantiate_all(cfg.get("callbacks"))
     loggers = instantiate_all(cfg.get("logger"))
     callbacks = drop_callbacks_needing_a_logger(callbacks, loggers)
+    callbacks = with_run_checkpointing(cfg, callbacks)
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
     config = OmegaConf.to_container(cfg, resolve=True)
@@ -143,13 +161,17 @@ def run(cfg: DictConfig) -> dict[str, float]:
 def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, model, datamodule, metrics: dict) -> None:
     if cfg.get("train"):
         trainer.fit(model, datamodule=datamodule, ckpt_path=verified(cfg.get("ckpt_path")), weights_only=True)
+        from .callbacks.exact_resume import restored_metrics
+
+        # a part resumed after (or near) the end of training logged little or nothing itself
+        metrics.update(restored_metrics(trainer))
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
         from .callbacks.preemption import preemption_signal
 
         if signame := preemption_signal(trainer):
             # The machine is going away: no test, and a sweep stops here too (resume=auto continues this job).
             log.warning(f"preempted by {signame}: not testing; continue with resume=auto (or ckpt_path=...)")
-            raise SystemExit(0)
+            raise SystemExit(130 if signame == "SIGINT" else 0)  # Ctrl+C: the shell's status for an interrupt
     if cfg.get("test"):
         # After training: the best checkpoint (the last weights if none was kept). Test only: ckpt_path.
         best = getattr(trainer.checkpoint_callback, "best_model_path", "") if cfg.get("train") else ""
@@ -223,6 +245,8 @@ def continue_run(cfg: DictConfig, run_dir: Path) -> None:
         wb = (cfg.get("logger") or {}).get("wandb")
         if wb is not None and not wb.get("id"):
             wb.id = resume.previous_wandb_id(run_dir)
+    if _rank_zero():
+        _remove_half_written(Path(cfg.ckpt_path).parent)
     picked = f" (resume=auto: the newest run of model={cfg.model.get('name')} with this model.net)" \
         if str(cfg.resume) == "auto" else ""
     if str(cfg.resume) == "auto" and (skipped := run_folder.skipped_by_auto(run_dir)):
@@ -230,6 +254,14 @@ def continue_run(cfg: DictConfig, run_dir: Path) -> None:
     log.info(f"resuming {run_dir}{picked} from {cfg.ckpt_path}" + (f", W&B run {wb.id}" if wb is not None else ""))
     for warning in resume.overridden_by_checkpoint(run_folder.previous_config(run_dir), cfg):
         log.warning(warning)
+
+
+def _remove_half_written(ckpt_dir: Path) -> None:
+    """Temporary files of checkpoint writes that a killed run never finished (utils/checkpoint_io.py names them
+    ``.<name>.<pid>.tmp``); the run lock guarantees that no other process writes this folder now."""
+    for tmp in sorted(ckpt_dir.glob(".*.ckpt.*.tmp")):
+        log.info(f"removing {tmp.name}: a checkpoint write the stopped run did not finish")
+        tmp.unlink(missing_ok=True)
 
 
 def train_job(cfg: DictConfig, hc) -> float | None:

@@ -6,8 +6,14 @@ before the time limit, ``#SBATCH --signal=USR1@120``) into:
     signal during training -> full checkpoint at the next finished optimizer step -> clean end of ``fit``
     (exit code 0) -> ``python train.py ckpt_path=<that checkpoint>`` continues from exactly that step.
 
-The handler only records the signal. At the next ``on_train_batch_end`` that finished an optimizer step (or at the
-end of an in-training validation, if the signal arrived during it) the callback
+``SIGINT`` (Ctrl+C) is handled the same way when configured (conf/callbacks/preemption.yaml does): ``train.py`` then
+exits with 130; a second Ctrl+C raises ``KeyboardInterrupt`` at once (Lightning's interrupt path, no checkpoint).
+
+The handler only records the signal. At the next ``on_train_batch_end`` that finished an optimizer step the callback
+does the following; a signal seen at an epoch's last step or during its validation waits for that epoch's end
+(``on_train_epoch_end``), where the checkpoint callbacks write ``last.ckpt`` and the epoch's top-k file: a checkpoint
+between an epoch's last step and its validation is one Lightning cannot resume exactly (docs/reliability.md,
+"Exact resume"). At that point the callback
 
 1. saves ``trainer.save_checkpoint(<dirpath>/<filename>)``: weights, optimizer and scheduler state, loop progress,
    callback states — the same kind of checkpoint ``ModelCheckpoint`` writes, so resuming loses no finished step
@@ -136,12 +142,15 @@ class PreemptionCheckpoint(L.Callback):
         self._replaced: dict[signal.Signals, Any] = {}
         self._step_at_batch_start = -1
         self._dir: Path | None = None
+        self._at_epoch_end = 0  # a signal seen at the epoch's last step or in its validation: stop at its end
 
     # ------------------------------------------------------------------ handlers
     def _handler(self, signum: int, frame: Any) -> None:
         # Only record: the work happens at the next step boundary, outside the signal handler.
         if not self._received:
             self._received = int(signum)
+        elif signum == signal.SIGINT:
+            raise KeyboardInterrupt  # Ctrl+C twice: stop now, without the checkpoint (Lightning's interrupt path)
 
     def _install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -161,18 +170,38 @@ class PreemptionCheckpoint(L.Callback):
                 signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
     # ------------------------------------------------------------------ hooks
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.preempted, self.ckpt_path, self._received = None, None, 0
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # (not on_train_start: a resumed run whose training was already complete goes straight to its test)
         self._dir = self._resolve_dir(trainer)
         if trainer.is_global_zero:
             stale = self._dir / MARKER
             if stale.exists():  # a previous run in this directory was preempted; this one continues
                 log.info(f"removing {stale} left by a previous preempted run")
                 stale.unlink(missing_ok=True)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.preempted, self.ckpt_path, self._received, self._at_epoch_end = None, None, 0, None
+        self._dir = self._resolve_dir(trainer)
         self._warn_if_slurm_requeue(trainer)
         self._install()
 
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # A signal in the epoch's last step or its validation: stop now that the epoch is complete. The checkpoint
+        # callbacks, which Lightning runs after this one, write last.ckpt (and the epoch's top-k) at this point.
+        if self.preempted or not self._replaced:
+            return
+        signum = self._at_epoch_end or self._agree(trainer)
+        if signum:
+            self.preempted, self._at_epoch_end = signal.Signals(signum).name, signum
+            self._stop(trainer)
+
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._at_epoch_end and self.preempted:
+            assert self._dir is not None
+            path = self._dir / self.filename
+            if not self._written_by_a_checkpoint_callback(trainer, path):
+                trainer.save_checkpoint(path)  # collective under DDP (barrier); rank 0 writes
+            self._report(trainer, self.preempted, path)
         self._restore()
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
@@ -188,29 +217,31 @@ class PreemptionCheckpoint(L.Callback):
             return  # accumulating gradients: no optimizer step finished with this batch
         if trainer.world_size > 1 and trainer.global_step % self.check_every_n_steps:
             return
-        if self._stop_if_signalled(trainer):
-            # end now: no validation that `should_stop` would otherwise trigger (it may outlast the grace period)
-            epoch_loop = trainer.fit_loop.epoch_loop
-            if hasattr(epoch_loop, "_skip_next_val"):
-                epoch_loop._skip_next_val = True
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # A signal that arrived during an in-training validation: checkpoint now rather than one more step later.
-        if self._replaced and not trainer.sanity_checking and trainer.state.fn == "fit":
-            self._stop_if_signalled(trainer)
+        if self.preempted or self._at_epoch_end:
+            return
+        signum = self._agree(trainer)
+        if not signum:
+            return
+        epoch_loop = trainer.fit_loop.epoch_loop
+        if getattr(epoch_loop, "_num_ready_batches_reached", lambda: False)():
+            # The epoch's last step: its validation and epoch-end checkpoint follow (no more training); a
+            # checkpoint here, between the step and the validation, is one Lightning cannot resume exactly.
+            self._at_epoch_end = signum
+            return
+        self._preempt(trainer, signal.Signals(signum).name)
+        # end now: no validation that `should_stop` would otherwise trigger (it may outlast the grace period)
+        if hasattr(epoch_loop, "_skip_next_val"):
+            epoch_loop._skip_next_val = True
 
     # ------------------------------------------------------------------ work
-    def _stop_if_signalled(self, trainer: L.Trainer) -> bool:
-        if self.preempted:
-            return False
+    def _agree(self, trainer: L.Trainer) -> int:
+        """The signal received (0: none); under DDP every rank takes part, on the same steps, and all agree on the
+        largest signal number."""
         signum = self._received
-        if trainer.world_size > 1:  # every rank takes part on the same steps: agree on the largest signal number
+        if trainer.world_size > 1:
             flag = torch.tensor(signum, dtype=torch.int64, device=trainer.strategy.root_device)
             signum = int(trainer.strategy.reduce(flag, reduce_op="max").item())
-        if not signum:
-            return False
-        self._preempt(trainer, signal.Signals(signum).name)
-        return True
+        return signum
 
     def _preempt(self, trainer: L.Trainer, name: str) -> None:
         assert self._dir is not None
@@ -221,11 +252,33 @@ class PreemptionCheckpoint(L.Callback):
         # ModelCheckpoint would find last.ckpt "taken" and write last-v1.ckpt, leaving last.ckpt at this step.
         self._tell_model_checkpoints(trainer, path, step)
         trainer.save_checkpoint(path)  # collective under DDP (barrier); rank 0 writes
-        self.preempted, self.ckpt_path = name, path
+        for mc in trainer.checkpoint_callbacks:
+            if hasattr(mc, "note_last_saved") and getattr(mc, "last_model_path", None) == str(path):
+                mc.note_last_saved(trainer)  # RunCheckpoint: the cut epoch's end writes no second copy
+        self.preempted = name
+        self._report(trainer, name, path)
+        self._stop(trainer)
+
+    def _report(self, trainer: L.Trainer, name: str, path: Path) -> None:
+        step = trainer.global_step
+        self.ckpt_path = path
         if trainer.is_global_zero:
+            assert self._dir is not None
             self._dir.mkdir(parents=True, exist_ok=True)
             (self._dir / MARKER).write_text(f"signal={name} step={step} checkpoint={path}\n")
             log.warning(f"received {name} at step {step}: checkpoint written to {path}; exiting")
+
+    @staticmethod
+    def _written_by_a_checkpoint_callback(trainer: L.Trainer, path: Path) -> bool:
+        for mc in trainer.checkpoint_callbacks:
+            last = getattr(mc, "last_model_path", "") or ""
+            if last and Path(last).resolve() == path.resolve() and \
+                    getattr(mc, "_last_global_step_saved", None) == trainer.global_step:
+                return True
+        return False
+
+    @staticmethod
+    def _stop(trainer: L.Trainer) -> None:
         trainer.should_stop = True
         # Lightning ignores `should_stop` until min_epochs/min_steps are met (this repo sets min_epochs: 1).
         trainer.fit_loop.min_epochs = 0

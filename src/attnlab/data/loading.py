@@ -112,6 +112,14 @@ class EpochDataLoader(DataLoader):
 
     resume_at: tuple[int, int] | None = None
 
+    def __init__(self, *args, **kwargs):
+        # Its own generator for the iterator's base seed: otherwise each new iterator (each epoch, each validation)
+        # draws it from the global generator, and a run resumed at an epoch start, whose iterator Lightning makes
+        # before that point, would draw its dropout masks one number off the uninterrupted run's.
+        if kwargs.get("generator") is None:
+            kwargs["generator"] = torch.Generator().manual_seed(torch.initial_seed() & (2**63 - 1))
+        super().__init__(*args, **kwargs)
+
     def __iter__(self):
         epoch = getattr(self.sampler, "epoch", None)
         if epoch is not None and hasattr(self.dataset, "set_epoch"):
@@ -135,19 +143,30 @@ class MidEpochResume:
 
     def state_dict(self) -> dict:
         trainer = getattr(self, "trainer", None)
-        if trainer is None:
+        if trainer is None or trainer.state.fn != "fit":
             return {}
-        # batches whose optimizer step ran in this epoch (a checkpoint is written at a step boundary)
-        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
-        return {"epoch": trainer.current_epoch, "batches_done": int(done)}
+        from attnlab.loop_position import record
+
+        # the epoch training continues in and its batches already trained (the next epoch and 0 at an epoch's end)
+        pos = record(trainer)
+        return {"epoch": pos["epoch"], "batches_done": pos["batches_done"]}
 
     def load_state_dict(self, state: dict) -> None:
         if "epoch" in state:
             self._resume_at = (int(state["epoch"]), int(state["batches_done"]))
 
+    def resume_from(self, epoch: int, batches_done: int) -> None:
+        """Where the checkpoint being loaded continues (``ExactResume``: also right for older checkpoints)."""
+        self._resume_at = (int(epoch), int(batches_done))
+
     def _resumable(self, loader: DataLoader) -> DataLoader:
         if self._resume_at is not None and isinstance(loader, EpochDataLoader):
             loader.resume_at, self._resume_at = self._resume_at, None
+            # Lightning makes this loader's iterator (and fetches a batch) before it tells the sampler the epoch:
+            # tell it now, or a run resumed after epoch 0 would start with epoch 0's order and plan.
+            for sampler in (loader.sampler, getattr(loader.batch_sampler, "sampler", None)):
+                if hasattr(sampler, "set_epoch"):
+                    sampler.set_epoch(loader.resume_at[0])
         return loader
 
 

@@ -82,6 +82,10 @@ def write_job_status(job_dir: str | Path, overrides, *, value: Any = None, error
         status = {"status": "completed, no finite metric", "value": value}
     status.update(job=Path(job_dir).name, overrides=list(overrides or []))
     Path(job_dir, STATUS_FILE).write_text(json.dumps(status, default=str))
+    _written_here.add(Path(job_dir).resolve())
+
+
+_written_here: set[Path] = set()  # job folders whose status this process wrote (a resumed run writes it again)
 
 
 class SweepSummary(Callback):
@@ -92,7 +96,7 @@ class SweepSummary(Callback):
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         job_dir = Path(config.hydra.runtime.output_dir)
-        if os.environ.get("LOCAL_RANK", "0") != "0" or (job_dir / STATUS_FILE).exists():
+        if os.environ.get("LOCAL_RANK", "0") != "0" or job_dir.resolve() in _written_here:
             return  # DDP ranks > 0 re-run the same job in the same directory; train.py already wrote it
         if job_return.status == JobStatus.COMPLETED:
             write_job_status(job_dir, job_return.overrides, value=job_return._return_value)

@@ -1,0 +1,77 @@
+"""A callback that stops a ``train.py`` run at a chosen point with a chosen signal, for the resume property test.
+
+Every run of the test has it in its config (``+callbacks.fault._target_=fault_injection.Fault``, with tests/ on
+PYTHONPATH), so a killed run, its resumed parts and the straight run share one config; the point comes from the
+environment, as JSON: ``ATTNLAB_FAULT='{"hook": "on_train_batch_end", "step": 7, "signal": "SIGKILL"}'``. No
+variable: the callback does nothing.
+
+hooks: any Lightning callback hook that runs during fit or test (``on_train_batch_end``, ``on_validation_batch_end``,
+``on_test_batch_end``, ``on_train_end``, ...), fired the first time it runs at global step ``step`` (any step if
+omitted; never during the sanity check), and two checkpoint-write points: ``after_save`` (the file ``file`` has just
+been written, renamed into place) and ``during_save`` (``file``'s temporary file is half written, then the signal).
+The signal goes to this process: SIGKILL ends it on the spot; SIGTERM and SIGINT reach the run's handlers.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+
+HOOKS = ("on_train_batch_end", "on_validation_batch_end", "on_validation_end", "on_train_epoch_start",
+         "on_train_epoch_end", "on_train_end", "on_test_start", "on_test_batch_end", "on_fit_end")
+
+
+class Fault(L.Callback):
+    def __init__(self) -> None:
+        super().__init__()
+        spec = json.loads(os.environ.get("ATTNLAB_FAULT") or "{}")
+        self.hook = spec.get("hook")
+        self.step = spec.get("step")
+        self.file = spec.get("file", "last.ckpt")
+        self.signum = getattr(signal, spec.get("signal", "SIGKILL"))
+        self.fired = False
+        for name in HOOKS:
+            setattr(self, name, self._hook_fn(name))
+
+    def _hook_fn(self, name):
+        def hook(trainer, *args, **kwargs):
+            if name == self.hook and self._due(trainer):
+                self._fire()
+        return hook
+
+    def _due(self, trainer) -> bool:
+        return not self.fired and not trainer.sanity_checking and (self.step is None or trainer.global_step == self.step)
+
+    def _fire(self) -> None:
+        self.fired = True
+        os.kill(os.getpid(), self.signum)
+        if self.signum == signal.SIGKILL:
+            time.sleep(60)  # not reached
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.hook not in ("after_save", "during_save") or not trainer.is_global_zero:
+            return
+        io_plugin = trainer.strategy.checkpoint_io
+        save = io_plugin.save_checkpoint
+
+        def save_checkpoint(checkpoint, path, storage_options=None):
+            due = Path(path).name == self.file and self._due(trainer)
+            if due and self.hook == "during_save":
+                buf = io.BytesIO()
+                torch.save(checkpoint, buf)
+                data = buf.getvalue()
+                tmp = Path(path).with_name(f".{Path(path).name}.{os.getpid()}.tmp")  # AtomicCheckpointIO's name
+                tmp.write_bytes(data[: len(data) // 2])
+                self._fire()
+            save(checkpoint, path, storage_options)
+            if due and self.hook == "after_save":
+                self._fire()
+
+        io_plugin.save_checkpoint = save_checkpoint
