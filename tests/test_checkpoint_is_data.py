@@ -306,8 +306,9 @@ def test_resume_refuses_a_hostile_run_folder_and_leaves_it_untouched(hostile, tm
         (run / ".hydra" / "config.yaml").unlink()  # no saved config: the checkpoint alone must be refused
         expected = f"{run / 'checkpoints' / 'last.ckpt'}: hyper_parameters: net.norm.layer._target_"
     else:
-        run = hostile_run(tmp_path / "run", marker)
-        expected = f"{run / '.hydra' / 'config.yaml'}: callbacks.evil._target_ = 'builtins.open'"
+        # in the part resume resolves (its callbacks and loggers are never read: a user's own callback is fine)
+        run = hostile_run(tmp_path / "run", marker, where="model")
+        expected = f"{run / '.hydra' / 'config.yaml'}: model.evil._target_ = 'builtins.open'"
     before = snapshot(run)
     proc = run_cli(["model=causal_lm", "debug=fast", f"resume={run}", *QUIET], cache_dir)
     assert proc.returncode == 2, proc.stdout[-3000:]

@@ -296,12 +296,21 @@ def check_file_fits(model: torch.nn.Module, path: str | Path | None) -> None:
 def check_resumed_run(run_dir: str | Path, ckpt: str | Path | None = None, model_cfg: Any = None) -> None:
     """``resume=<run>``: neither the run's saved config nor the checkpoint to continue from names code outside the
     allow-list, and the checkpoint is of this model's family; checked before Hydra writes anything there."""
-    from .allowed_targets import load_config
+    from omegaconf import OmegaConf, open_dict
+
+    from .allowed_targets import check_targets
 
     saved = Path(run_dir) / ".hydra" / "config.yaml"
     if saved.is_file():
         try:
-            load_config(saved)
+            cfg = OmegaConf.load(saved)
+            # resume builds nothing from the saved config; it resolves its model and data to compare them. The
+            # callbacks and loggers a run added (a user's own `+callbacks.x._target_=...`) are not read: not refused
+            with open_dict(cfg):
+                for group in ("callbacks", "logger"):
+                    if group in cfg:
+                        cfg[group] = {}
+            check_targets(cfg, str(saved), "run")
         except UserError:
             raise
         except Exception:  # noqa: BLE001 - unreadable YAML: not ours to judge here (resume compares what it can)
