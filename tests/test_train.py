@@ -46,9 +46,9 @@ def test_fast_run_trains_checkpoints_maps_and_measures(tmp_path, cache_dir):
     assert [e["epoch"] for e in page["epochs"]] == [0, 1] and page["view"]["family"] == "tokens"
     assert {m["name"] for m in page["modules"]} == {"net.decoder.layers.0.self_attn", "net.decoder.layers.1.self_attn"}
     # attention health of the same maps, per validation epoch: entropy normalized to (0, 1], distance in tokens
-    entropy = column(rows, "health/net.decoder.layers.1.self_attn/entropy")
+    entropy = column(rows, "health.net.decoder.layers.1.self_attn/entropy")
     assert len(entropy) == 2 and all(0 < e <= 1 for e in entropy)
-    assert len(column(rows, "health/net.decoder.layers.0.self_attn/distance_h1")) == 2
+    assert len(column(rows, "health.net.decoder.layers.0.self_attn/distance_h1")) == 2
     # the other families' output callbacks are on by default too, and write nothing for a language model
     assert not [n for n in ("translations", "tts_samples", "confusion_matrix", "test_by_distance.json")
                 if (tmp_path / n).exists()]

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 import pytest_socket  # the dev extra's pytest-socket
+import torch
 from helpers import run_cli
 from workspace_checks import check_leet_opens, check_sweep_workspace
 
+from attnlab.analysis.attention_health import attention_health
 from attnlab.wandb_runs import OfflineRun
 from attnlab.workspace import (Job, Sweep, build_workspace, config_keys_for, main, named_keys, save, swept_keys)
 
@@ -51,12 +53,19 @@ def test_swept_keys_and_the_config_keys_that_carry_them():
     assert config_keys_for("trainer.enable_progress_bar", pair) == []
 
 
+# the attention-health keys of a decoder layer's self- and cross-attention (2 heads), from the callback's own function
+HEALTH = {"net.decoder.layers.10.self_attn": torch.full((1, 2, 3, 3), 1 / 3),
+          "net.decoder.layers.2.cross_attn": torch.full((1, 2, 3, 4), 0.25),
+          "net.encoder.layers.0.self_attn": torch.full((1, 2, 4, 4), 0.25)}
+
+
 def made_up_sweep() -> Sweep:
     jobs = [made_up_job(n, s) for n in ("pre", "rms") for s in (0, 1, 2)]
     scalars = ["val/loss", "val/ppl", "train/loss", "lr-AdamW/pg1", "perf/tokens_per_sec", "perf/mfu",
-               "perf/step_time_ms", "test/loss", "trainer/global_step", "epoch", "moe/expert_0_fraction"]
-    media = {"attention/net.decoder.layers.0.self_attn": "image", "val/translations": "table",
-             "tts/audio": "audio", "tts/mel": "image"}
+               "perf/step_time_ms", "test/loss", "trainer/global_step", "epoch", "moe/expert_0_fraction",
+               *attention_health(HEALTH)]
+    media = {"attention/net.decoder.layers.0.self_attn": "image", "attention/explorer": "html",
+             "val/translations": "table", "tts/audio": "audio", "tts/mel": "image"}
     return Sweep(root=Path("/sweep/2026-12-02_10-00-00"), jobs=jobs, without_runs=[], swept=["norm", "seed"],
                  group_keys={"norm": ["norm.layer._target_"]}, metric="val/loss", scalar_keys=scalars,
                  media_keys=media, project="attnlab", entity="")
@@ -88,10 +97,28 @@ def test_workspace_has_every_panel_for_logged_keys_only_and_saves_without_networ
         "Training": ["Run History Line Plot"] * 2,
         "Throughput and MFU": ["Run History Line Plot"] * 3,
         "Test": ["Bar Chart"],
+        "Attention explorer": ["Media Browser"],  # the wandb.Html page
         "Attention maps": ["Media Browser"],
+        # one section per attention module, encoder first, layers in numeric order (10 after 2), a plot per metric
+        "health.net.encoder.layers.0.self_attn": ["Run History Line Plot"] * 3,  # entropy, sink, distance
+        "health.net.decoder.layers.2.cross_attn": ["Run History Line Plot"] * 4,  # entropy, sink, focus, diagonal
+        "health.net.decoder.layers.10.self_attn": ["Run History Line Plot"] * 3,
         "Samples": ["Weave", "Media Browser", "Media Browser"],  # the translation table, tts/audio, tts/mel
         "Other metrics": ["Run History Line Plot"],  # moe/expert_0_fraction
     }
+    assert list(sections)[7:10] == [f"health.{m}" for m in ("net.encoder.layers.0.self_attn",
+                                                            "net.decoder.layers.2.cross_attn",
+                                                            "net.decoder.layers.10.self_attn")]
+    by_name = {s["name"]: s for s in section["panelBankConfig"]["sections"]}
+    (explorer,) = by_name["Attention explorer"]["panels"]
+    assert explorer["config"]["mediaKeys"] == ["attention/explorer"] and explorer["layout"]["w"] == 24
+    assert by_name["Attention maps"]["panels"][0]["config"]["mediaKeys"] == ["attention/net.decoder.layers.0.self_attn"]
+    cross = by_name["health.net.decoder.layers.2.cross_attn"]["panels"]
+    # heads as lines: the mean first, then each head, one plot per metric in the scheme's order
+    assert [p["config"]["metrics"] for p in cross] == [
+        [f"health.net.decoder.layers.2.cross_attn/{m}{h}" for h in ("", "_h0", "_h1")]
+        for m in ("entropy", "sink", "focus_rate", "diagonal_rate")]
+    assert all(p["config"]["xAxis"] == "trainer/global_step" for p in cross)
     review = section["panelBankConfig"]["sections"][0]["panels"]
     # W&B keeps this project's flat config keys as {"norm.layer._target_": {"value": ...}}: the .value goes last
     assert [c["accessor"] for c in review[1]["config"]["columns"]] == ["config:norm.layer._target_.value",

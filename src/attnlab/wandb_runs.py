@@ -25,9 +25,9 @@ LEET_TIMEOUT_S = 120  # one run's log: well under a second of wandb-core; genero
 
 
 def media_kind(summary_value: Any) -> str | None:
-    """``image`` | ``table`` | ``audio`` for a summary entry of logged media, else None: attention maps, confusion
-    matrices, TTS mels and alignments are images (``images/separated``, one image: ``image-file``), the translation
-    table a ``table-file``, the TTS samples audio."""
+    """``image`` | ``table`` | ``audio`` | ``html`` for a summary entry of logged media, else None: attention maps,
+    confusion matrices, TTS mels and alignments are images (``images/separated``, one image: ``image-file``), the
+    translation table a ``table-file``, the TTS samples audio, the attention explorer an ``html-file``."""
     kind = summary_value.get("_type", "") if isinstance(summary_value, dict) else ""
     if kind.startswith("image"):
         return "image"
@@ -35,6 +35,8 @@ def media_kind(summary_value: Any) -> str | None:
         return "table"
     if kind.startswith("audio"):
         return "audio"
+    if kind == "html-file":
+        return "html"
     return None
 
 
@@ -59,7 +61,7 @@ class OfflineRun:
                 if not k.startswith("_") and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
     def media_keys(self) -> dict[str, str]:
-        """Media keys this run logged -> ``image`` | ``table`` | ``audio``."""
+        """Media keys this run logged -> ``image`` | ``table`` | ``audio`` | ``html``."""
         return {k: kind for k, v in self.summary.items() if (kind := media_kind(v))}
 
 

@@ -9,8 +9,11 @@ jobs; ``seed`` is counted, not grouped by) and builds, with the ``wandb-workspac
 * a review section: what was swept (settings × seeds), a parallel-coordinates panel over the swept keys and the
   metric (``optimized_metric``, default ``val/loss``; ``--metric``), the metric's curve and its final value per
   setting (mean ± std over seeds);
-* validation curves, training curves, throughput/MFU (``perf/*``), test results, attention maps and the other media
-  (translation table, TTS mel/alignment images and audio, confusion matrices), each only where a run logged it.
+* validation curves, training curves, throughput/MFU (``perf/*``), test results, the attention explorer (the
+  ``attention/explorer`` HTML page, one column per run), the attention maps, the attention health (one section per
+  attention module, ``health.<module>``, with a line plot per metric and the heads as lines:
+  :mod:`attnlab.analysis.attention_health`) and the other media (translation table, TTS mel/alignment images and
+  audio, confusion matrices), each only where a run logged it.
 
 The runs are grouped by the W&B config keys that carry the swept keys: an override of a value (``model.optimizer.lr``)
 is that config key; a group choice (``norm=rms``) is not in the config itself (this project logs the composed,
@@ -150,7 +153,7 @@ class Sweep:
     group_keys: dict[str, list[str]]  # swept key (not seed) -> the W&B config keys carrying it, where the runs differ
     metric: str
     scalar_keys: list[str]  # every scalar any run logged
-    media_keys: dict[str, str]  # media key -> image | table | audio
+    media_keys: dict[str, str]  # media key -> image | table | audio | html
     project: str
     entity: str
 
@@ -275,13 +278,21 @@ def build_workspace(sweep: Sweep, entity: str | None = None, project: str | None
     add("Training", scalars("train/") + scalars("lr-"), line)
     add("Throughput and MFU", scalars("perf/"), line)
     add("Test", scalars("test/"), bar)
-    attention = [k for k in sweep.media_keys if k.startswith("attention/")]
+    from .explorer.page import EXPLORER_KEY
+
+    explorer = [k for k in sweep.media_keys if k == EXPLORER_KEY]
+    if explorer:  # the interactive page (wandb.Html): a wide panel, one column per run
+        sections.append(ws.Section(name="Attention explorer", is_open=True, panels=[
+            wr.MediaBrowser(title=k, media_keys=[k], gallery_axis="run", layout=wr.Layout(w=24, h=20))
+            for k in explorer]))
+    attention = [k for k in sweep.media_keys if k.startswith("attention/") and k not in explorer]
     if attention:
         sections.append(ws.Section(name="Attention maps", is_open=True, panels=[
             wr.MediaBrowser(title=k, media_keys=[k], gallery_axis="run") for k in attention]))
+    sections += health_sections(ws, wr, [k for k in sweep.scalar_keys if k not in shown], x, agg, shown)
     samples = []
     for k, kind in sweep.media_keys.items():
-        if k in attention:
+        if k in attention or k in explorer:
             continue
         if kind == "table":
             samples.append(wr.WeavePanelSummaryTable(table_name=k, layout=wr.Layout(w=24, h=12)))
@@ -302,6 +313,30 @@ def build_workspace(sweep: Sweep, entity: str | None = None, project: str | None
             groupby=[ws.Config(_config_name(k)) for k in group],
         ),
     )
+
+
+def health_sections(ws, wr, keys: list[str], x: str, agg: dict, shown: set[str]) -> list:
+    """One collapsed section per attention module that logged health metrics, named as W&B names it (the key's
+    part before the ``/``: ``health.<module>``), in the explorer's module order (encoder, decoder, by layer), with
+    a line plot per metric whose lines are the mean over heads and each head. Adds the keys it uses to ``shown``."""
+    from .analysis.attention_health import METRICS, health_key, health_section, parse_health_key
+    from .explorer.record import module_order
+
+    found: dict[str, dict[str, list[int | None]]] = {}
+    for k in keys:
+        if (parsed := parse_health_key(k)) is not None:
+            module, metric, head = parsed
+            found.setdefault(module, {}).setdefault(metric, []).append(head)
+    sections = []
+    for module in sorted(found, key=module_order):
+        panels = []
+        for metric in (m for m in METRICS if m in found[module]):
+            heads = sorted(found[module][metric], key=lambda h: -1 if h is None else h)  # the mean first
+            ys = [health_key(module, metric, h) for h in heads]
+            shown.update(ys)
+            panels.append(wr.LinePlot(title=f"{metric}: mean and per head", x=x, y=ys, **agg))
+        sections.append(ws.Section(name=health_section(module), panels=panels, is_open=False))
+    return sections
 
 
 def named_keys(view: dict) -> dict[str, set[str]]:

@@ -10,7 +10,7 @@ import itertools
 import pytest
 import torch
 
-from attnlab.analysis.attention_health import attention_health, head_health
+from attnlab.analysis.attention_health import METRICS, attention_health, head_health, health_key, parse_health_key
 
 SIZES = [(1, 2), (2, 5), (4, 11)]  # (heads, tokens)
 
@@ -74,18 +74,30 @@ def test_cross_attention_focus_and_diagonality(h, tq, tk):
     for i in range(tq):
         diag[:, i, min(tk - 1, int(i * tk / tq))] = 1.0
     m = head_health(diag, cross=True)
-    assert torch.allclose(m["focus"], torch.ones(h))
-    assert (m["diagonal"] > 0.9).all() and "distance" not in m
+    assert torch.allclose(m["focus_rate"], torch.ones(h))
+    assert (m["diagonal_rate"] > 0.9).all() and "distance" not in m
     uniform = head_health(torch.full((h, tq, tk), 1.0 / tk), cross=True)
-    assert torch.allclose(uniform["focus"], torch.full((h,), 1.0 / tk))
+    assert torch.allclose(uniform["focus_rate"], torch.full((h,), 1.0 / tk))
 
 
 def test_names_one_scheme_mean_and_per_head():
+    """One key scheme for every module kind: ``health.<module>/<metric>[_h<k>]``; the part before the ``/`` (W&B's
+    panel section) names the module, so each attention layer gets a section; every key parses back."""
     maps = {"net.decoder.layers.0.cross_attn": torch.full((1, 2, 3, 4), 0.25),
             "net.decoder.layers.0.self_attn": causal_uniform(2, 3)[None]}
     out = attention_health(maps)
-    assert set(out) == {f"health/{n}/{m}{s}" for n, ms in
-                        [("net.decoder.layers.0.cross_attn", ["entropy", "sink", "focus", "diagonal"]),
+    assert set(out) == {f"health.{n}/{m}{s}" for n, ms in
+                        [("net.decoder.layers.0.cross_attn", ["entropy", "sink", "focus_rate", "diagonal_rate"]),
                          ("net.decoder.layers.0.self_attn", ["entropy", "sink", "distance"])]
                         for m in ms for s in ["", "_h0", "_h1"]}
-    assert out["health/net.decoder.layers.0.cross_attn/focus"] == pytest.approx(0.25)
+    assert out["health.net.decoder.layers.0.cross_attn/focus_rate"] == pytest.approx(0.25)
+    assert {k.split("/")[0] for k in out} == {f"health.{n}" for n in maps}
+    for key in out:
+        module, metric, head = parse_health_key(key)
+        assert health_key(module, metric, head) == key and module in maps and metric in METRICS
+
+
+@pytest.mark.parametrize("key", ["health/net.x/entropy", "val/loss", "health./entropy", "health.net.x/other",
+                                 "health.net.x/entropy_hx", "health.net.x/a/entropy", "healthy.net.x/entropy"])
+def test_other_keys_do_not_parse(key):
+    assert parse_health_key(key) is None

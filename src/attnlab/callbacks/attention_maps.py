@@ -253,6 +253,8 @@ class AttentionMapCallback(L.Callback):
             return
         import wandb
 
+        from ..explorer.page import EXPLORER_KEY
+
         html = self.explorer_file.read_text(encoding="utf-8")
         for lg in loggers:
-            lg.log_metrics({"attention/explorer": wandb.Html(html, inject=False)}, step=trainer.global_step)
+            lg.log_metrics({EXPLORER_KEY: wandb.Html(html, inject=False)}, step=trainer.global_step)

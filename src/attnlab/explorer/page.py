@@ -8,8 +8,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["page_html", "write_page", "read_payload"]
+__all__ = ["page_html", "write_page", "read_payload", "EXPLORER_KEY"]
 
+EXPLORER_KEY = "attention/explorer"  # the W&B key the attention-map callback logs the page under (wandb.Html)
 _MARK = "/*__ATTNLAB_DATA__*/null"
 
 
