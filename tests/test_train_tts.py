@@ -3,13 +3,16 @@ synthesize entry point on its checkpoint, as a user runs both; and the config ch
 
 from __future__ import annotations
 
+import base64
 import csv
+import io
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import soundfile as sf
 import torch
@@ -62,6 +65,35 @@ def test_train_tts_logs_metrics_samples_and_attention_maps(tts_run):
     assert {"net.decoder.layers.0.cross_attn", "net.decoder.layers.1.cross_attn"} <= {m["name"] for m in page["modules"]}
     assert wandb_html_keys(out) == {"attention/explorer"}
     assert (out / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_the_explorer_page_holds_the_epochs_audio_and_plays_it(tts_run):
+    """The training run's explorer page carries each logged epoch's synthesized audio, compact (8-bit mu-law at
+    16 kHz): the same synthesis as tts_samples/ (shared, not synthesized twice: the prenet's inference dropout would
+    make a second one differ), and headless Chromium decodes it."""
+    from explorer.browser_page import audio_duration, chromium, open_page
+    from scipy.signal import resample_poly
+
+    out, _ = tts_run
+    (epoch,) = explorer_data(out)["epochs"]
+    raw = io.BytesIO(base64.b64decode(epoch["audio"].removeprefix("data:audio/wav;base64,")))
+    assert sf.info(raw).subtype == "ULAW"
+    raw.seek(0)
+    page_audio, rate = sf.read(raw)
+    full, full_rate = sf.read(str(out / "tts_samples" / "epoch000.wav"))
+    want = resample_poly(full, 320, 441)  # 22,050 -> 16,000 Hz
+    assert (rate, full_rate, len(page_audio)) == (16000, 22050, len(want))
+    assert np.corrcoef(page_audio, want)[0, 1] > 0.99  # the same wave, through 8-bit mu-law
+    assert "free-running" in epoch["audio_caption"]
+    page_size, wav_size = (out / "attention" / "explorer.html").stat().st_size, len(epoch["audio"])
+    assert wav_size < 0.4 * (out / "tts_samples" / "epoch000.wav").stat().st_size * 4 / 3 and page_size < 3e6
+    with chromium() as browser:
+        if browser is None:
+            pytest.skip("no headless browser here (tests/explorer/browser_page.py says why)")
+        with open_page(browser, out / "attention" / "explorer.html") as opened:
+            assert audio_duration(opened.page) == pytest.approx(len(page_audio) / 16000, abs=0.01)
+            assert "free-running" in opened.page.text_content("#audio-caption")
+            assert opened.errors == []
 
 
 def run_synthesize(*overrides: str, stdin: str | None = None, cache_dir: str) -> subprocess.CompletedProcess:

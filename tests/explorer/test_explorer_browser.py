@@ -11,8 +11,6 @@ page logs no console error and requests nothing but itself.
 
 from __future__ import annotations
 
-import shutil
-
 import hydra
 import lightning as L
 import pytest
@@ -23,11 +21,10 @@ from attnlab.callbacks.attention_maps import AttentionMapCallback
 from attnlab.explorer.record import natural_key
 from attnlab.modules.attention import capture_attention
 from attnlab.train import build_model
+from browser_page import chromium, missing, open_page
 from helpers import compose_train
 
-playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
 
 # a high learning rate so that two steps move the maps enough to tell the epochs apart on the slider
 FAST = ["model.optimizer.lr=0.03", "model.scheduler.warmup_steps=1", "logger=none"]
@@ -79,22 +76,8 @@ def family_page(request, tmp_path_factory, cache_dir):
 
 @pytest.fixture(scope="module")
 def browser():
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    with chromium() as b:
         yield b
-        b.close()
-
-
-def open_page(browser, path):
-    ctx = browser.new_context(offline=True, viewport={"width": 1200, "height": 1000})
-    page = ctx.new_page()
-    errors, requests = [], []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("request", lambda r: requests.append(r.url))
-    page.goto(path.as_uri())
-    page.wait_for_selector("body[data-ready='1']")
-    return ctx, page, errors, requests
 
 
 def shown_row(page) -> torch.Tensor:
@@ -109,8 +92,8 @@ def check_row(shown: torch.Tensor, want: torch.Tensor, what: str) -> None:
 
 def test_page_shows_the_captured_rows(browser, family_page):
     family, path, snaps = family_page
-    ctx, page, errors, requests = open_page(browser, path)
-    try:
+    with open_page(browser, path) as opened:
+        page = opened.page
         modules = page.eval_on_selector_all("#module option", "os => os.map(o => o.value)")
         assert set(modules) == set(snaps[0]), modules
         grid = page.evaluate("() => JSON.parse(document.getElementById('attnlab-data').textContent).view.grid || 0")
@@ -161,7 +144,5 @@ def test_page_shows_the_captured_rows(browser, family_page):
         thumb.click()
         assert page.input_value("#module") == thumb.get_attribute("data-module")
         assert page.input_value("#head") == thumb.get_attribute("data-head")
-        assert errors == []
-        assert requests == [path.as_uri()], requests  # itself only: scripts, styles and the image are inline
-    finally:
-        ctx.close()
+        assert opened.errors == []
+        assert opened.requests == [path.as_uri()], opened.requests  # itself only: scripts, styles, image inline

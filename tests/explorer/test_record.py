@@ -63,3 +63,17 @@ def test_a_resumed_run_keeps_its_earlier_epochs(tmp_path):
     np.testing.assert_allclose(dequantize(resumed.epochs[0]["maps"]["m"]), 1 / 3, atol=1 / 1530)
     (tmp_path / "bad.html").write_text("not a page")
     assert not ExplorerRecord.from_page(tmp_path / "bad.html", 5) and not ExplorerRecord.from_page(tmp_path / "no", 5)
+
+
+@pytest.mark.parametrize("keep, epochs", [(None, 3), (0, 2), (2, 1), (2, 4)])
+def test_audio_is_kept_for_the_last_epochs_only(keep, epochs):
+    """An epoch's audio note (the TTS page) is the page's largest part: only the last ``max_audio_epochs`` keep it;
+    the others keep their maps and say so."""
+    rec = ExplorerRecord("tts", max_audio_epochs=keep)
+    for epoch in range(epochs):
+        rec.add(epoch, epoch, {"m": torch.full((1, 1, 2, 2), 0.5)},
+                view={"family": "speech", "epoch": {"audio": f"data:audio/wav;base64,{epoch}", "audio_caption": "x"}})
+    kept = [e["epoch"] for e in rec.payload()["epochs"] if "audio" in e]
+    assert kept == list(range(epochs))[len(range(epochs)) - (epochs if keep is None else min(keep, epochs)):]
+    assert all("not kept" in e["audio_caption"] for e in rec.epochs if "audio" not in e)
+    assert all(e["maps"] for e in rec.epochs)

@@ -47,8 +47,11 @@ With ``explorer`` on (the default), the same captured maps also go, 8-bit quanti
 capture the callback rewrites ``<run dir>/attention/explorer.html`` (one self-contained page, docs/explorer.md),
 and at the end of fit logs it to every W&B logger as ``attention/explorer`` (``wandb.Html(..., inject=False)``).
 A task with ``explorer_view(maps, sample)`` (:class:`~attnlab.tasks.protocols.ExplorerViewSource`) adds its
-family's view (the ViT's image and rollout, the TTS guide). Cost: quantizing a few maps and writing a file of
-tens to hundreds of kB at the interval, no extra forward pass.
+family's view (the ViT's image and rollout, the TTS guide); a task with ``listening_sample()``
+(:class:`~attnlab.tasks.protocols.ListeningSampleSource`, the TTS) adds each logged epoch's synthesized audio, 8-bit
+mu-law at 16 kHz. Cost: quantizing a few maps and writing a file of tens to hundreds of kB at the interval, no
+extra forward pass; for the TTS the listening sample, which the task computes once per step and shares with the
+tts_samples callback (with that callback off, one free-running synthesis and Griffin-Lim here).
 
 The extra forward runs on rank zero only, on the unwrapped LightningModule, so it works with DDP but not with
 strategies that shard parameters across ranks (FSDP, DeepSpeed stage 3: the other ranks would not join the
@@ -65,7 +68,8 @@ import torch
 from lightning.pytorch.utilities import move_data_to_device, rank_zero_warn
 
 from ..modules.attention import capture_attention
-from ..tasks.protocols import AttentionSample, AttentionSource, ExplorerViewSource, RendersAttention
+from ..tasks.protocols import (AttentionSample, AttentionSource, ExplorerViewSource, ListeningSampleSource,
+                               RendersAttention)
 from ..utils.config import at_least
 from ..utils.plotting import attention_heatmap_figure, file_stem, save_figure
 from .media import log_image, run_dir, wandb_loggers
@@ -86,6 +90,8 @@ class AttentionMapCallback(L.Callback):
         dirpath: write here instead of ``trainer.default_root_dir/dirname``.
         explorer: also keep the maps for the explorer page and write/log it (module docstring).
         explorer_epochs: the page keeps the last N logged epochs (None: all).
+        explorer_audio_epochs: a speech page keeps the audio of the last N logged epochs (None: all): up to ~90 kB
+            each, the page's largest part for a long run; older epochs keep their maps.
         explorer_path: the page's file (None: ``trainer.default_root_dir/attention/explorer.html``).
         health: log the attention-health scalars of the same maps (:mod:`attnlab.analysis.attention_health`).
     """
@@ -100,6 +106,7 @@ class AttentionMapCallback(L.Callback):
         dirpath: str | Path | None = None,
         explorer: bool = True,
         explorer_epochs: int | None = None,
+        explorer_audio_epochs: int | None = 8,
         explorer_path: str | Path | None = None,
         health: bool = True,
     ):
@@ -115,6 +122,7 @@ class AttentionMapCallback(L.Callback):
         self._warned: set[str] = set()
         self.explorer = explorer
         self.explorer_epochs = explorer_epochs
+        self.explorer_audio_epochs = explorer_audio_epochs
         self.explorer_path = explorer_path
         self.health = health
         self.last_health: dict[str, float] = {}
@@ -240,9 +248,22 @@ class AttentionMapCallback(L.Callback):
         if self.record is None:  # a resumed run (the same run folder) keeps the epochs its page already holds
             self.record = ExplorerRecord.from_page(path, trainer.current_epoch,
                                                    title=f"{type(pl_module).__name__} · {run_dir(trainer).name}",
-                                                   max_tokens=self.max_tokens, max_epochs=self.explorer_epochs)
+                                                   max_tokens=self.max_tokens, max_epochs=self.explorer_epochs,
+                                                   max_audio_epochs=self.explorer_audio_epochs)
+        if isinstance(pl_module, ListeningSampleSource):  # the TTS: this epoch's synthesized audio on the slider
+            view = {**(view or {}), "epoch": {**((view or {}).get("epoch") or {}), **self._audio(pl_module)}}
         self.record.add(trainer.current_epoch, trainer.global_step, maps, sample, view)
         self.explorer_file = write_page(self.record.payload(), path)
+
+    @staticmethod
+    def _audio(pl_module: ListeningSampleSource) -> dict[str, str]:
+        """The listening sample's audio, compact (8-bit mu-law, 16 kHz). The task computes the sample once per
+        step, so with the tts_samples callback on (the default) this reuses its synthesis: only the encoding is
+        added here."""
+        from ..explorer.views import audio_note
+
+        ls = pl_module.listening_sample()
+        return audio_note(ls.wave, ls.sample_rate, f"{ls.text!r}: free-running, Griffin-Lim")
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Log the page (every epoch it holds) once: W&B keeps one file, not one per epoch."""

@@ -134,7 +134,8 @@ def speech(task, ckpt: dict, text: Any, title: str, griffin_lim_iters: int = 32,
     sample = AttentionSample({}, keys=chars)
     wave = MelExtractor(task.mel_cfg).griffin_lim(gen.mel[0, :n].cpu(), n_iter=griffin_lim_iters, seed=seed)
     guided = getattr(task, "guided", {}) or {}
-    view = speech_view(guided.get("sigma") if guided.get("enabled", True) else None, wave, task.mel_cfg.sample_rate)
+    view = speech_view(guided.get("sigma") if guided.get("enabled", True) else None, wave, task.mel_cfg.sample_rate,
+                       f"{str(text)!r}: free-running, Griffin-Lim ({griffin_lim_iters} iterations)")
     return _record(title, ckpt, maps, sample, view)
 
 

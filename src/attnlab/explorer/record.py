@@ -68,12 +68,16 @@ class ExplorerRecord:
         max_tokens: keep the first ``max_tokens`` queries and keys of token maps (the PNG callback's crop); maps the
             family marks ``whole`` (image patches, speech frames) are kept whole. None: every position.
         max_epochs: keep the last N epochs only (None: all).
+        max_audio_epochs: keep the audio (an epoch's ``audio`` note) of the last N epochs only (None: all); the
+            older epochs keep their maps and a caption that says so.
     """
 
-    def __init__(self, title: str = "attention", max_tokens: int | None = None, max_epochs: int | None = None):
+    def __init__(self, title: str = "attention", max_tokens: int | None = None, max_epochs: int | None = None,
+                 max_audio_epochs: int | None = None):
         self.title = title
         self.max_tokens = max_tokens
         self.max_epochs = max_epochs
+        self.max_audio_epochs = max_audio_epochs
         self.modules: dict[str, dict[str, Any]] = {}
         self.epochs: list[dict[str, Any]] = []
         self.view: dict[str, Any] = {"family": "tokens"}
@@ -111,6 +115,10 @@ class ExplorerRecord:
         self.epochs = [e for e in self.epochs if e["epoch"] != entry["epoch"]] + [entry]
         if self.max_epochs is not None:
             self.epochs = self.epochs[-self.max_epochs:]
+        if self.max_audio_epochs is not None:
+            for e in self.epochs[:max(0, len(self.epochs) - self.max_audio_epochs)]:
+                if e.pop("audio", None) is not None:
+                    e["audio_caption"] = f"audio not kept (the page keeps the last {self.max_audio_epochs} epochs')"
 
     @classmethod
     def from_page(cls, path, before_epoch: int, **kwargs) -> ExplorerRecord:

@@ -15,7 +15,7 @@ import numpy as np
 
 from torch import Tensor
 
-__all__ = ["png_data_uri", "wav_data_uri", "image_view", "speech_view"]
+__all__ = ["png_data_uri", "wav_data_uri", "audio_note", "image_view", "speech_view"]
 
 
 def png_data_uri(image: Tensor | np.ndarray) -> str:
@@ -30,14 +30,35 @@ def png_data_uri(image: Tensor | np.ndarray) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def wav_data_uri(wave: Tensor | np.ndarray, sample_rate: int) -> str:
-    """A mono waveform -> a 16-bit WAV ``data:`` URI."""
+AUDIO_RATE = 16000  # the page's audio rate: holds everything up to 8 kHz, the mel features' fmax in conf/data
+
+
+def wav_data_uri(wave: Tensor | np.ndarray, sample_rate: int, max_rate: int = AUDIO_RATE) -> str:
+    """A mono waveform -> a compact WAV ``data:`` URI: resampled to at most ``max_rate`` Hz and stored as 8-bit
+    mu-law (G.711: telephone quality, 1 byte per sample, which every browser's WAV reader decodes), about 21 kB of
+    page per second of speech. The full-quality WAV stays in the run folder (``tts_samples/``)."""
     import soundfile as sf
 
     w = wave.detach().float().cpu().numpy() if isinstance(wave, Tensor) else np.asarray(wave, dtype=np.float32)
+    w, rate = w.reshape(-1).astype(np.float64), int(sample_rate)
+    if rate > max_rate and w.size:
+        from math import gcd
+
+        from scipy.signal import resample_poly
+
+        g = gcd(int(max_rate), rate)
+        w, rate = resample_poly(w, int(max_rate) // g, rate // g), int(max_rate)
     buf = io.BytesIO()
-    sf.write(buf, np.clip(w.reshape(-1), -1, 1), int(sample_rate), format="WAV", subtype="PCM_16")
+    sf.write(buf, np.clip(w, -1, 1), rate, format="WAV", subtype="ULAW")
     return "data:audio/wav;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def audio_note(wave: Tensor | np.ndarray, sample_rate: int, caption: str) -> dict[str, str]:
+    """An epoch's audio for the page's slider: ``{"audio": data URI, "audio_caption": caption}``; no ``audio`` when
+    the wave is empty (a model that stops at its first step says nothing)."""
+    if np.asarray(wave.detach().cpu() if isinstance(wave, Tensor) else wave).size == 0:
+        return {"audio_caption": f"{caption}: no audio (the model stopped at once)"}
+    return {"audio": wav_data_uri(wave, sample_rate), "audio_caption": caption}
 
 
 def image_view(maps: dict[str, Tensor], image: Tensor, grid: int, prefix: int, pool: str,
@@ -52,16 +73,16 @@ def image_view(maps: dict[str, Tensor], image: Tensor, grid: int, prefix: int, p
             "pool": pool, "patch_px": float(patch_px), "whole": True, "maps": {"rollout": rollout}, "epoch": {"caption": caption}}
 
 
-def speech_view(guide_sigma: float | None = None, wave: Tensor | None = None,
-                sample_rate: int | None = None) -> dict[str, Any]:
+def speech_view(guide_sigma: float | None = None, wave: Tensor | None = None, sample_rate: int | None = None,
+                caption: str = "") -> dict[str, Any]:
     """The TTS page: the cross-attention only (what the PNG callback draws; the decoder's frames x frames
-    self-attention would be most of the page's size), whole (every frame), the guide's width, and the audio when
-    there is some."""
+    self-attention would be most of the page's size), whole (every frame), the guide's width, and the audio (of
+    this epoch: the slider plays each epoch's) when there is some."""
     view: dict[str, Any] = {"family": "speech", "whole": True, "keep": "cross_attn"}
     if guide_sigma is not None:
         view["guide_g"] = float(guide_sigma)
     if wave is not None and sample_rate:
-        view["audio"] = wav_data_uri(wave, sample_rate)
+        view["epoch"] = audio_note(wave, sample_rate, caption)
     return view
 
 

@@ -75,6 +75,7 @@ class TTSTask(Task):
         self.griffin_lim_iters = griffin_lim_iters
         self.vocab = CharVocab()
         self._sample: dict | None = None
+        self._listening: tuple[tuple, ListeningSample] | None = None  # (trainer step, sample): see listening_sample
 
     # --- losses ---------------------------------------------------------------------------------------------
     def guided_weight(self) -> float:
@@ -168,7 +169,14 @@ class TTSTask(Task):
     @torch.no_grad()
     def listening_sample(self) -> ListeningSample:
         """The fixed validation utterance: target, teacher-forced and free-running mels, the free-running
-        alignment (mean of the guided heads) and Griffin-Lim audio of the free-running mel."""
+        alignment (mean of the guided heads) and Griffin-Lim audio of the free-running mel.
+
+        Computed once per training step while a trainer is attached (the weights do not change within one): the
+        attention explorer's audio and the tts_samples callback, both at a validation's end, share one synthesis
+        (and one draw of the prenet's inference dropout)."""
+        key = (id(self._trainer), self.global_step) if self._trainer is not None else None
+        if key is not None and self._listening is not None and self._listening[0] == key:
+            return self._listening[1]
         ex = self._example()
         was_training = self.training
         self.eval()
@@ -182,8 +190,10 @@ class TTSTask(Task):
                 (f"free-running ({n} frames{'' if bool(gen.stopped[0]) else ', no stop'})", gen.mel[0, :n])]
         alignment = self.alignment_maps(gen)[0].mean(0)[: int(gen.steps[0])]  # (steps, N)
         wave = MelExtractor(self.mel_cfg).griffin_lim(gen.mel[0, :n].cpu(), n_iter=self.griffin_lim_iters)
-        return ListeningSample(self.vocab.decode(ex["text"][0]), mels, alignment, wave, self.mel_cfg.sample_rate,
-                               labels=self.net.char_labels(ex["text"][0], int(ex["text_lengths"][0])))
+        sample = ListeningSample(self.vocab.decode(ex["text"][0]), mels, alignment, wave, self.mel_cfg.sample_rate,
+                                 labels=self.net.char_labels(ex["text"][0], int(ex["text_lengths"][0])))
+        self._listening = (key, sample) if key is not None else None
+        return sample
 
     # --- protocols used by callbacks ----------------------------------------------------------------------------
     def tokens_in_batch(self, batch: dict):
