@@ -51,7 +51,8 @@ family's view (the ViT's image and rollout, the TTS guide); a task with ``listen
 (:class:`~attnlab.tasks.protocols.ListeningSampleSource`, the TTS) adds each logged epoch's synthesized audio, 8-bit
 mu-law at 16 kHz. Cost: quantizing a few maps and writing a file of tens to hundreds of kB at the interval, no
 extra forward pass; for the TTS the listening sample, which the task computes once per step and shares with the
-tts_samples callback (with that callback off, one free-running synthesis and Griffin-Lim here).
+tts_samples callback (with that callback off, one free-running synthesis and Griffin-Lim here, unless
+``explorer_audio_epochs=0``).
 
 The extra forward runs on rank zero only, on the unwrapped LightningModule, so it works with DDP but not with
 strategies that shard parameters across ranks (FSDP, DeepSpeed stage 3: the other ranks would not join the
@@ -91,7 +92,8 @@ class AttentionMapCallback(L.Callback):
         explorer: also keep the maps for the explorer page and write/log it (module docstring).
         explorer_epochs: the page keeps the last N logged epochs (None: all).
         explorer_audio_epochs: a speech page keeps the audio of the last N logged epochs (None: all): up to ~90 kB
-            each, the page's largest part for a long run; older epochs keep their maps.
+            each, the page's largest part for a long run; older epochs keep their maps. 0: no audio (nothing
+            synthesized for the page).
         explorer_path: the page's file (None: ``trainer.default_root_dir/attention/explorer.html``).
         health: log the attention-health scalars of the same maps (:mod:`attnlab.analysis.attention_health`).
     """
@@ -250,7 +252,7 @@ class AttentionMapCallback(L.Callback):
                                                    title=f"{type(pl_module).__name__} · {run_dir(trainer).name}",
                                                    max_tokens=self.max_tokens, max_epochs=self.explorer_epochs,
                                                    max_audio_epochs=self.explorer_audio_epochs)
-        if isinstance(pl_module, ListeningSampleSource):  # the TTS: this epoch's synthesized audio on the slider
+        if isinstance(pl_module, ListeningSampleSource) and self.explorer_audio_epochs != 0:  # the TTS's audio
             view = {**(view or {}), "epoch": {**((view or {}).get("epoch") or {}), **self._audio(pl_module)}}
         self.record.add(trainer.current_epoch, trainer.global_step, maps, sample, view)
         self.explorer_file = write_page(self.record.payload(), path)
