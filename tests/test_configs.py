@@ -9,6 +9,7 @@ import torch
 from helpers import compose_train, run_cli
 from omegaconf import OmegaConf
 
+from attnlab.families import BLOCK_GROUPS, families, model_names
 from attnlab.modules.attention import MultiHeadAttention
 from attnlab.modules.block import EncoderBlock
 from attnlab.modules.feedforward import FeedForward
@@ -77,13 +78,13 @@ def test_block_groups_reach_every_block(norm, ffn, moe, tmp_path):
     assert isinstance(net.decoder.final_norm, torch.nn.Identity) == (norm == "post")
 
 
-@pytest.mark.parametrize("model, uses", [
-    ("causal_lm", ["norm", "ffn", "moe", "attn", "pos"]), ("vit", ["norm", "ffn", "moe", "attn", "pos"]),
-    ("tts", ["norm", "ffn", "moe", "attn"]), ("seq2seq_attention", []), ("seq2seq_baseline", []),
-    ("sequence_classifier", ["norm", "ffn", "moe", "attn", "pos"])])
-def test_the_groups_a_model_uses_are_derived_from_its_config(model, uses, tmp_path):
-    """From the groups its net interpolates (no hand-kept list); the classifier narrows them by its encoder."""
-    assert used_groups(compose_train([f"model={model}"], tmp_path)) == uses
+@pytest.mark.parametrize("model", model_names())
+def test_a_familys_declared_groups_are_the_ones_its_config_interpolates(model, tmp_path):
+    """The registry's groups of a family (what train.py refuses or tags by) agree with conf/model/<model>.yaml:
+    exactly the groups its net interpolates (``norm: ${norm}``); the classifier narrows them by its encoder."""
+    cfg = compose_train([f"model={model}"], tmp_path)
+    text = repr(OmegaConf.to_container(cfg.model.net, resolve=False))
+    assert used_groups(cfg) == [g for g in BLOCK_GROUPS if "${" + g + "}" in text]
     rnn = compose_train(["model=sequence_classifier", "model.encoder=rnn"], tmp_path)
     assert used_groups(rnn) == []
 
@@ -126,7 +127,7 @@ def test_every_model_builds_under_the_debug_presets(model, tmp_path):
     assert sum(p.numel() for p in net.parameters()) < 500_000
 
 
-@pytest.mark.parametrize("model", ["causal_lm", "transformer_mt", "transformer_nat", "vit", "tts", "sequence_classifier"])
+@pytest.mark.parametrize("model", [f.name for f in families() if "attn" in f.groups])
 def test_scaled_false_reaches_every_attention_of_every_transformer(model, tmp_path):
     """attn.scaled=false (claim E3's unscaled dot products) reaches every attention, self and cross."""
     def scales(*overrides: str) -> set[float]:

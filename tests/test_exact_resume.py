@@ -2,7 +2,7 @@
 
 Identical parameters, bit for bit, on CPU in deterministic mode, with dropout on: optimizer, scheduler and loop
 state (Lightning), the data position inside the epoch (``MidEpochResume``) and the random state (``Task``) all
-come back. Each model family's data module takes part.
+come back. Every model family of the registry takes part, with its data module.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import pytest
 import torch
 from helpers import compose_train
 
+from attnlab.families import families
 from attnlab.train import run
 
 COMMON = ["debug=fast", "logger=csv", "callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false",
@@ -18,22 +19,9 @@ COMMON = ["debug=fast", "logger=csv", "callbacks.rich_progress_bar=null", "train
           "callbacks.attention_maps=null", "callbacks.model_checkpoint.monitor=null",
           "+callbacks.model_checkpoint.every_n_train_steps=1",  # last.ckpt after every step: the final state
           "+model.scheduler.total_steps=12"]  # the same LR schedule whatever max_steps the part stops at
-FAMILIES = {
-    "causal_lm": ["model=causal_lm"],
-    "transformer_mt": ["model=transformer_mt", "data.train_size=300", "data.val_size=24", "data.test_size=24",
-                       "data.max_digits=4"],
-    "seq2seq_attention": ["model=seq2seq_attention", "data.train_size=300", "data.val_size=24",
-                          "data.test_size=24", "data.max_digits=4"],
-    # random crops and flips on: the augmentation is a function of (seed, epoch, item) too
-    "vit": ["model=vit", "data.crop_padding=1", "data.hflip=true", "data.repeats_per_epoch=1"],
-    # 40 utterances: 32 train in 8 batches of 4 (one epoch holds the stop at step 5); the decoder prenet's
-    # always-on dropout is random state that must come back as well
-    "tts": ["model=tts", "data.num_utterances=40", "data.max_digits=2", "data.val_size=4", "data.test_size=4",
-            "data.batch_size=4", "model.net.postnet_channels=16", "model.net.dec_prenet_dim=32",
-            "model.griffin_lim_iters=4", "model.max_frames_per_char=3", "model.free_running_samples=1"],
-    "sequence_classifier": ["model=sequence_classifier", "data.train_size=256", "data.val_size=32",
-                            "data.test_size=32"],
-}
+# every registered family (attnlab.families), with the overrides that make its run tiny
+FAMILIES = {f.name: [f"model={f.name}", *f.test_overrides] for f in families()}
+SLOW = {"transformer_nat"}  # transformer_mt's data module and loop: -m slow
 
 
 def final_state(out, cache_dir, *extra):
@@ -42,7 +30,8 @@ def final_state(out, cache_dir, *extra):
     return ckpt
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [pytest.param(f, marks=[pytest.mark.slow] if f in SLOW else [])
+                                    for f in FAMILIES])
 def test_stop_and_resume_mid_epoch_equals_training_straight(family, tmp_path, cache_dir):
     model = FAMILIES[family]
     straight = final_state(tmp_path / "straight", cache_dir, *model, "trainer.max_steps=12")

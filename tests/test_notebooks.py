@@ -14,30 +14,29 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from attnlab.families import families
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 QUIET = ["callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false"]
-TINY_NUMBERS = ["data.train_size=400", "data.val_size=40", "data.test_size=40", "data.max_digits=4"]
 
-# family -> (train.py overrides on top of debug=fast, text the review must show, images it must show at least)
-FAMILIES = {
-    "transformer_mt": ([*TINY_NUMBERS], ["family: translation", "| source | greedy | beam 5 |",
-                                         "translations/epoch000-step000008.tsv"], 4),
-    "causal_lm": (["model=causal_lm", "logger=csv"], ["family: language model", "--- sample 0 ---",
-                                                       "--- sample 1 ---"], 3),
-    "transformer_nat": (["model=transformer_nat", *TINY_NUMBERS], ["family: translation", "NATTranslationTask",
-                                                                    "| source | greedy | beam 5 |"], 4),
-    "seq2seq_attention": (["model=seq2seq_attention", *TINY_NUMBERS, "model.net.d_emb=16", "model.net.d_hidden=32"],
-                          ["family: translation", "Seq2SeqRNN", "| source | greedy | beam 5 |"], 2),
-    "vit": (["model=vit"], ["family: image classifier", "confusion_matrix/test.png"], 5),
-    "tts": (["model=tts", "data.num_utterances=24", "data.max_digits=2", "data.val_size=4", "data.test_size=4",
-             "data.batch_size=4", "trainer.limit_train_batches=4", "model.net.postnet_channels=16",
-             "model.net.dec_prenet_dim=32", "model.griffin_lim_iters=4", "model.max_frames_per_char=3",
-             "model.free_running_samples=2"], ["family: text-to-speech", "tts_samples/epoch000_mel.png",
-                                               "tts_samples/epoch000.wav"], 5),
-    "sequence_classifier": (["model=sequence_classifier", "data.train_size=256", "data.val_size=32",
-                             "data.test_size=32"], ["family: sequence classifier"], 3),
+# what the review shows beyond "family: <kind>" for some families: (overrides on top of the family's test overrides,
+# text, images at least); every other registered family is reviewed with the defaults
+EXTRA = {
+    "transformer_mt": (["model=transformer_mt"], ["| source | greedy | beam 5 |",
+                                                  "translations/epoch000-step000008.tsv"], 4),
+    "causal_lm": (["logger=csv"], ["--- sample 0 ---", "--- sample 1 ---"], 3),
+    "transformer_nat": ([], ["NATTranslationTask", "| source | greedy | beam 5 |"], 4),
+    "seq2seq_attention": (["model.net.d_emb=16", "model.net.d_hidden=32"],
+                          ["Seq2SeqRNN", "| source | greedy | beam 5 |"], 2),
+    "vit": ([], ["confusion_matrix/test.png"], 5),
+    "tts": (["trainer.limit_train_batches=4", "model.free_running_samples=2"],
+            ["tts_samples/epoch000_mel.png", "tts_samples/epoch000.wav"], 5),
 }
+# family -> (train.py overrides on top of debug=fast, text the review must show, images it must show at least)
+FAMILIES = {f.name: ([f"model={f.name}", *f.test_overrides, *EXTRA.get(f.name, ([], [], 1))[0]],
+                     [f"family: {f.kind}", *EXTRA.get(f.name, ([], [], 1))[1]], EXTRA.get(f.name, ([], [], 1))[2])
+            for f in families()}
 IN_DEFAULT_SUITE = ("transformer_mt",)  # the default job (W&B offline curves); the others add ~2.5 min: -m slow
 
 

@@ -50,16 +50,6 @@ SAFE_GLOBALS: list[type] = []
 # train.py, which imports this module) accept the same types as read_checkpoint.
 torch.serialization.add_safe_globals(SAFE_GLOBALS)
 
-# task class -> what the user would call it, and the entry point that serves it
-FAMILIES = {
-    "CausalLMTask": ("a language model", "generate.py"),
-    "TranslationTask": ("a translation model", "translate.py"),
-    "NATTranslationTask": ("a translation model", "translate.py"),
-    "ImageClassificationTask": ("an image classifier", "train.py ckpt_path=... train=false"),
-    "TTSTask": ("a text-to-speech model", "synthesize.py"),
-    "SequenceClassificationTask": ("a sequence classifier", "train.py ckpt_path=... train=false"),
-}
-
 # Lightning's own names for a checkpoint (trainer.fit/test(ckpt_path="last"|"best"|...)): not files to check here
 LIGHTNING_CKPT_NAMES = ("last", "best", "hpc")
 
@@ -135,6 +125,14 @@ def verified(ckpt_path: str | Path | None) -> str | Path | None:
     return ckpt_path
 
 
+def _family(task_class: str, default_entry: str = "") -> tuple[str, str]:
+    """(what the user calls the family of ``task_class``, the entry point that serves it), from the registry."""
+    from .families import for_task
+
+    family = for_task(task_class)
+    return (family.what, family.serves) if family else (task_class.rsplit(".", 1)[-1], default_entry)
+
+
 def _task_class(ckpt: dict, path: Path, expected: type | str, what: str) -> type:
     """The checkpoint's task class: one of the project's own (checked before it is imported), of the family this
     entry point serves."""
@@ -146,7 +144,7 @@ def _task_class(ckpt: dict, path: Path, expected: type | str, what: str) -> type
     if isinstance(expected, str):
         expected = hydra.utils.get_class(expected)
     if not issubclass(task_cls, expected):
-        family, entry = FAMILIES.get(task_cls.__name__, (task_cls.__name__, "its own entry point"))
+        family, entry = _family(name, "its own entry point")
         raise CheckpointError(f"{path} is {family} checkpoint, not a {what} checkpoint; use {entry}")
     return task_cls
 
@@ -271,8 +269,7 @@ def check_for_model(path: str | Path, model_cfg: Any) -> None:
     hyper_parameters(ckpt, path)
     want = model_cfg.get("_target_") if isinstance(model_cfg, Mapping) else None
     if want and name != want:
-        family = FAMILIES.get(name.rsplit(".", 1)[-1], (name, ""))[0]
-        mine = FAMILIES.get(str(want).rsplit(".", 1)[-1], (want, ""))[0]
+        family, mine = _family(name)[0], _family(str(want))[0]
         raise CheckpointError(f"{path} is {family} checkpoint ({name.rsplit('.', 1)[-1]}), but this run builds "
                               f"{mine} ({str(want).rsplit('.', 1)[-1]}): choose its model= (see its run's "
                               f".hydra/overrides.yaml)")

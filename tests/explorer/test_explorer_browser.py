@@ -19,6 +19,7 @@ import torch
 from attnlab.analysis.rollout import attention_rollout
 from attnlab.callbacks.attention_maps import AttentionMapCallback
 from attnlab.explorer.record import natural_key
+from attnlab.families import families
 from attnlab.modules.attention import capture_attention
 from attnlab.train import build_model
 from browser_page import chromium, missing, open_page
@@ -28,10 +29,11 @@ pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
 
 # a high learning rate so that two steps move the maps enough to tell the epochs apart on the slider
 FAST = ["model.optimizer.lr=0.03", "model.scheduler.warmup_steps=1", "logger=none"]
-FAMILIES = {
-    "translation": ["debug=fast", "model.net.d_model=16", "model.net.n_layers=1", *FAST],
-    "vit": ["model=vit", "debug=fast", "model.net.n_layers=2", *FAST],
-}
+SIZES = {"transformer_mt": ["model.net.d_model=16", "model.net.n_layers=1"], "vit": ["model.net.n_layers=2"]}
+# every registered family with attention maps (attnlab.families); the token page and the image page by default
+FAMILIES = {f.name: [f"model={f.name}", "debug=fast", *f.test_overrides, *SIZES.get(f.name, []), *FAST]
+            for f in families() if "attn" in f.groups}
+IN_DEFAULT_SUITE = ("transformer_mt", "vit")
 
 
 class Snapshot(L.Callback):
@@ -55,7 +57,8 @@ class Snapshot(L.Callback):
         self.maps.append(maps)
 
 
-@pytest.fixture(scope="module", params=list(FAMILIES))
+@pytest.fixture(scope="module", params=[
+    pytest.param(name, marks=() if name in IN_DEFAULT_SUITE else pytest.mark.slow) for name in FAMILIES])
 def family_page(request, tmp_path_factory, cache_dir):
     torch.manual_seed(0)
     tmp = tmp_path_factory.mktemp(request.param)

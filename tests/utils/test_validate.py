@@ -69,7 +69,8 @@ BAD = [
      "pos=rotary needs an even head dimension, but model.net.d_model=66 / model.net.n_heads=6 = 11"),
     (["model=causal_lm", "norm.placement=middle"], "norm.placement=middle: choose one of pre, post"),
     (["model=causal_lm", "ffn.activation=tanh"], "ffn.activation=tanh: must be a module config such as "
-     "{_target_: torch.nn.GELU} (or choose ffn=relu|gelu|swiglu|geglu)"),
+     "{_target_: torch.nn.GELU} (or choose ffn=" + "|".join(sorted(p.stem for p in (CONF_DIR / "ffn").glob("*.yaml")))
+     + ")"),
     (["model=causal_lm", "attn.window=0"], "attn.window=0: must be a positive integer (or null)"),
     (["model=causal_lm", "attn=gqa", "attn.kv_heads=0"], "attn.kv_heads=0: must be a positive integer (or null)"),
     (["model=causal_lm", "model.net.n_heads=6", "attn.kv_heads=4"],

@@ -249,21 +249,19 @@ def hf_pairs(d: datasets.Dataset, *, src_column: str | None = None, tgt_column: 
 
 
 # model.name -> the data module data=hf builds for it
-TRANSLATION_MODELS = ("transformer_mt", "transformer_nat", "seq2seq_attention", "seq2seq_baseline")
-LM_MODELS = ("causal_lm",)
+# the data kinds (attnlab.families.DATA_KINDS) a Hugging Face dataset can give, and the data module that reads it
+HF_READERS = {"lm_text": "attnlab.data.lm_datamodule.LMDataModule",
+              "translation": "attnlab.data.translation_datamodule.TranslationDataModule"}
 
 
-def hf_datamodule(model: str, **options):
-    """``data=hf``: one config for every model that reads text. ``model`` is ``${model.name}``; the other options
-    go to that model's data module with ``source="hf"`` (an option it does not have is a one-line error)."""
+def hf_reader(kind: str, model: str, **options):
+    """The data module of ``kind`` (a key of :data:`HF_READERS`) over a Hugging Face dataset; the options go to it
+    with ``source="hf"`` (an option it does not have is a one-line error naming ``model``)."""
+    import importlib
     import inspect
 
-    if model in TRANSLATION_MODELS:
-        from .translation_datamodule import TranslationDataModule as cls
-    elif model in LM_MODELS:
-        from .lm_datamodule import LMDataModule as cls
-    else:
-        raise ConfigError(f"data=hf serves {', '.join(LM_MODELS + TRANSLATION_MODELS)}, not model={model}")
+    module, name = HF_READERS[kind].rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
     accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "source"}
     unknown = sorted(set(options) - accepted)
     if unknown:

@@ -147,12 +147,6 @@ class SequenceClassifier(TransformerModel):
         # xavier: linear maps; PyTorch's defaults for the embedding (N(0, 1)), the GRU and the convolutions
         self.init_weights(init)
 
-    @staticmethod
-    def block_groups(net_cfg: dict) -> tuple[str, ...]:
-        """The config groups a net of this config reads (train.py refuses overrides of the others): only the
-        attention encoder is built from the block groups."""
-        return ("norm", "ffn", "moe", "attn", "pos") if net_cfg.get("encoder", "attention") == "attention" else ()
-
     def lookup_tables(self) -> list[nn.Parameter]:
         positions = getattr(self.encoder, "positions", None)
         return [self.embed.weight, *(positions.parameters() if positions is not None else ())]

@@ -5,8 +5,10 @@
 
 Every decoder layer cross-attends to the encoder's *final* output (C22). Source and target share one joint
 vocabulary (the data module trains one BPE on both sides), so one embedding table serves the encoder, the decoder
-and, with ``tie_embeddings``, the head (Press & Wolf 2017). The layers' norm, feed-forward, MoE and attention come
-from the ``norm``/``ffn``/``moe``/``attn`` config groups, positions from ``pos`` (see :mod:`attnlab.modules.parts`).
+and, with ``tie_embeddings``, the head (Press & Wolf 2017): the
+:class:`~attnlab.models.token_transformer.TokenTransformer` body with a source. The layers' norm, feed-forward, MoE
+and attention come from the ``norm``/``ffn``/``moe``/``attn`` config groups, positions from ``pos`` (see
+:mod:`attnlab.modules.parts`).
 
 Copy mechanism (``copy=True``, C24; See et al. 2017's pointer-generator): a gate p_gen = σ(w·[h_t; x_t]) from
 the decoder's final state h_t and its input embedding x_t mixes the vocabulary softmax with the last decoder
@@ -30,12 +32,10 @@ import torch
 from torch import Tensor, nn
 
 from ..modules.block import DecoderCache
-from ..modules.parts import BlockParts, resolve_positions
-from ..modules.stack import build_stack
-from .base import TransformerModel
+from .token_transformer import TokenTransformer
 
 
-class TransformerMT(TransformerModel):
+class TransformerMT(TokenTransformer):
     def __init__(
         self,
         vocab_size: int,
@@ -55,41 +55,15 @@ class TransformerMT(TransformerModel):
         init: str = "gpt2",
     ):
         """``n_layers`` sets both stacks' depth; ``n_encoder_layers`` / ``n_decoder_layers`` override either."""
-        super().__init__()
         n_encoder_layers = n_layers if n_encoder_layers is None else n_encoder_layers
         n_decoder_layers = n_layers if n_decoder_layers is None else n_decoder_layers
-        self.vocab_size, self.d_model, self.n_heads, self.max_len = vocab_size, d_model, n_heads, max_len
-        parts = BlockParts.resolve(norm, ffn, moe, attn)
-        positions = resolve_positions(pos)
-        self.embed = nn.Embedding(vocab_size, d_model)
-        # Separate positions for source and target (they index different sequences).
-        self.src_positions = positions(max_len=max_len, d_model=d_model, n_heads=n_heads)
-        self.tgt_positions = positions(max_len=max_len, d_model=d_model, n_heads=n_heads)
-        self.drop = nn.Dropout(dropout)
-        common = dict(dropout=dropout, attn_dropout=attn_dropout, bias=bias)
-        self.encoder = build_stack(n_encoder_layers, d_model, n_heads, parts,
-                                   positions=self.src_positions.attention, **common)
-        self.decoder = build_stack(n_decoder_layers, d_model, n_heads, parts, cross_attention=True,
-                                   positions=self.tgt_positions.attention, **common)
-        self.head = nn.Linear(d_model, vocab_size, bias=False)
-        if tie_embeddings:
-            self.head.weight = self.embed.weight
+        super().__init__(vocab_size, d_model, n_decoder_layers, n_heads, max_len, dropout=dropout,
+                         attn_dropout=attn_dropout, bias=bias, norm=norm, ffn=ffn, moe=moe, attn=attn, pos=pos,
+                         stack="decoder", causal=True, source_layers=n_encoder_layers, tie_embeddings=tie_embeddings)
         self.copy = copy
         if copy:  # the pointer reads the last layer's cross-attention weights (that layer takes the explicit path)
             self.copy_gate = nn.Linear(2 * d_model, 1)
         self.init_weights(init)
-
-    def lookup_tables(self) -> list[nn.Parameter]:
-        return [self.embed.weight, *self.src_positions.parameters(), *self.tgt_positions.parameters()]
-
-    def _embed(self, ids: Tensor, positions: nn.Module, offset: int = 0) -> Tensor:
-        if offset + ids.shape[1] > self.max_len:
-            raise ValueError(f"sequence of {offset + ids.shape[1]} tokens exceeds max_len={self.max_len}")
-        return self.drop(positions.add(self.embed(ids), offset))
-
-    def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
-        """src (B, S), src_mask (B, S) True = real token -> memory (B, S, D)."""
-        return self.encoder(self._embed(src, self.src_positions), padding_mask=src_mask)
 
     def decode(self, tgt_in: Tensor, memory: Tensor | None, src_mask: Tensor,
                caches: list[DecoderCache] | None = None, src: Tensor | None = None) -> Tensor:
@@ -98,8 +72,7 @@ class TransformerMT(TransformerModel):
         With caches, tgt_in holds only the new tokens (memory may be None once the cross-attention caches are
         filled). Right padding of tgt_in needs no mask: causal attention never lets a real position see the
         padding after it."""
-        offset = caches[0].self_attn.length if caches else 0
-        emb = self._embed(tgt_in, self.tgt_positions, offset)
+        emb = self.embed_tokens(tgt_in, caches[0].length if caches else 0)
         common = dict(memory=memory, memory_padding_mask=src_mask, is_causal=True, caches=caches)
         if not self.copy:
             return self.head(self.decoder(emb, **common))
@@ -115,12 +88,6 @@ class TransformerMT(TransformerModel):
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher forcing: scores (B, T, V) of every next target token (logits; log-probs with ``copy``)."""
         return self.decode(tgt_in, self.encode(src, src_mask), src_mask, src=src)
-
-    def new_caches(self, batch: int, src_len: int, max_len: int | None = None, *, dtype=None,
-                   device=None) -> list[DecoderCache]:
-        return self.decoder.new_caches(batch, max_len or self.max_len, memory_len=src_len,
-                                       dtype=dtype or self.embed.weight.dtype,
-                                       device=device or self.embed.weight.device)
 
     def stepper(self, src: Tensor, src_mask: Tensor, use_cache: bool = True) -> "TransformerMTStepper":
         return TransformerMTStepper(self, src, src_mask, use_cache)
@@ -146,7 +113,7 @@ class TransformerMTStepper:
         if not self.use_cache:
             return self.model.decode(prefix, self.memory, self.src_mask, src=self.src)[:, -1]
         dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
-        self.caches = self.model.new_caches(prefix.shape[0], self.memory.shape[1], dtype=dtype)
+        self.caches = self.model.new_caches(prefix.shape[0], memory_len=self.memory.shape[1], dtype=dtype)
         return self.model.decode(prefix, self.memory, self.src_mask, self.caches, src=self.src)[:, -1]
 
     def step(self, token: Tensor) -> Tensor:

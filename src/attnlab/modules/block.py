@@ -74,6 +74,11 @@ class DecoderCache:
     self_attn: KVCache
     cross_attn: KVCache
 
+    @property
+    def length(self) -> int:
+        """Decoded positions so far (the self-attention cache's length)."""
+        return self.self_attn.length
+
     def reorder(self, index: Tensor, cross: bool = True) -> None:
         """Keep the rows ``index``; ``cross=False`` leaves the encoder's keys/values as they are (the caller knows
         every kept row has the same source as the row it replaces)."""

@@ -10,7 +10,8 @@ from torchmetrics import MeanMetric
 from ..decoding import CausalLMStepper, generate
 from ..modules.loss import linear_cross_entropy
 from .base import Task
-from .protocols import AttentionSample, StepOutput
+from .protocols import StepOutput
+from .text import TextTask
 
 
 def lm_loss(net, ids: Tensor, labels: Tensor) -> Tensor:
@@ -25,10 +26,8 @@ def lm_loss(net, ids: Tensor, labels: Tensor) -> Tensor:
     return F.cross_entropy(net(ids).flatten(0, 1), labels.flatten())
 
 
-class CausalLMTask(Task):
+class CausalLMTask(TextTask, Task):
     """Wraps a :class:`~attnlab.models.causal_lm.CausalLM` built from ``net`` (a config with ``_target_``)."""
-
-    checkpoint_keys = ("tokenizer",)  # what an entry point needs from the checkpoint besides the model (generate)
 
     def __init__(self, net, optimizer=None, scheduler=None, compile: bool = False):
         super().__init__(net, optimizer, scheduler, compile)
@@ -59,31 +58,6 @@ class CausalLMTask(Task):
 
     def on_test_epoch_end(self) -> None:
         self.log("test/ppl", torch.exp(self.test_nll.compute()), sync_dist=True)
-
-    # --- protocols used by callbacks (attention maps, throughput) -------------------------------------------
-    def tokens_in_batch(self, batch: dict) -> int:
-        return batch["input_ids"].numel()
-
-    def flops_per_token(self) -> float:
-        return self.net.flops_per_token(self.trainer.datamodule.hparams.seq_len) if self._trainer else \
-            self.net.flops_per_token(self.net.max_len)
-
-    def attention_sample(self, max_tokens: int) -> AttentionSample:
-        """The start of the datamodule's fixed validation text, as long as the callback draws."""
-        dm = self.trainer.datamodule
-        ids = dm.example_text(min(max_tokens, self.net.max_len))
-        labels = [dm.tokenizer.id_to_token(int(i)) for i in ids[0]]
-        return AttentionSample({"ids": ids}, labels, labels)
-
-    def attention_forward(self, ids: Tensor) -> Tensor:
-        return self.net(ids)
-
-    # --- checkpoints carry the tokenizer so `generate` needs nothing else ---------------------------------------
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        super().on_save_checkpoint(checkpoint)
-        dm = getattr(self.trainer, "datamodule", None)
-        if dm is not None and getattr(dm, "tokenizer", None) is not None:
-            checkpoint["tokenizer"] = dm.tokenizer.to_str()
 
     @torch.no_grad()
     def sample(self, prefix: Tensor, max_new_tokens: int, use_cache: bool = True, **kwargs) -> Tensor:

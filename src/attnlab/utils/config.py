@@ -24,22 +24,16 @@ def at_least(name: str, value: int, lo: int) -> int:
 
 
 def used_groups(cfg: DictConfig) -> list[str]:
-    """The block groups the chosen model is built from, derived from its config: the groups its ``model.net``
-    interpolates (``norm: ${norm}``), narrowed by the net class's ``block_groups(net_cfg, groups)`` where the
-    model reads them only in some settings (the sequence classifier: only its attention encoder)."""
-    if "model" not in cfg or "net" not in cfg.model:
-        return []
-    net = OmegaConf.to_container(cfg.model.net, resolve=False)
-    text = repr(net)
-    groups = [g for g in BLOCK_GROUPS if "${" + g + "}" in text]
-    target = net.get("_target_") if isinstance(net, dict) else None
-    if groups and isinstance(target, str) and target.startswith("attnlab."):
-        import hydra
+    """The block groups the chosen model is built from: its family's (:mod:`attnlab.families`), narrowed by the
+    net's config where the family reads them only in some settings (the sequence classifier: only its attention
+    encoder). A model of no registered family uses none."""
+    from ..families import for_config
 
-        narrow = getattr(hydra.utils.get_class(target), "block_groups", None)
-        if narrow is not None:
-            groups = [g for g in groups if g in narrow(OmegaConf.to_container(cfg.model.net, resolve=True))]
-    return groups
+    family = for_config(cfg) if "model" in cfg else None
+    if family is None:
+        return []
+    net = OmegaConf.to_container(cfg.model.net, resolve=True) if family.narrow_groups else None
+    return list(family.block_groups(net))
 
 
 def check_block_groups(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:

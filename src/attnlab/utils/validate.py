@@ -7,8 +7,11 @@ allowed, instead of a torch error that never names the key (``model.net.d_model=
 * ``RULES``: (key pattern, check) for single values. ``*`` matches within one dotted part
   (``model.decoding.*.beam_size`` covers ``val`` and ``test``). A key the chosen model or data set does not have is
   skipped, so one table serves every model family (conf/model/*.yaml).
-* ``RELATIONS``: checks between values (d_model divisible by n_heads, top_k <= num_experts, the data's image size and
-  the model's, ...), each skipped unless its keys are there.
+* ``RELATIONS``: checks between values (d_model divisible by n_heads, top_k <= num_experts, ...), each skipped
+  unless its keys are there.
+
+A family's own values (the RNN's ``model.cell``, the ViT's patch size) are checked by the rules its declaration in
+:mod:`attnlab.families` carries (built with :func:`table_rules`), for the family the config builds only.
 
 The block groups (``norm``, ``ffn``, ``moe``, ``attn``, ``pos``) are checked under their own names (``moe.top_k``,
 what the user types) and only for a model built from them (:func:`~attnlab.utils.config.used_groups`); ``moe.*``
@@ -31,8 +34,7 @@ from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from ..data.numbers import TARGET_LANGS
 from ..decoding.scheduled_sampling import SCHEDULES
-from ..models.seq2seq_rnn import ATTENTIONS, CELLS
-from ..models.sequence_classifier import ENCODERS
+from ..families import for_config
 from ..modules.moe import BALANCE
 from ..modules.parts import PLACEMENTS
 from .config import BLOCK_GROUPS, ConfigError, flatten, used_groups
@@ -183,6 +185,13 @@ def optional(check: Check) -> Check:
     return nullable
 
 
+def _options(group: str) -> list[str]:
+    """The options of a config group, read from conf/ (a new YAML is a new choice everywhere it is named)."""
+    from ..paths import CONF_DIR
+
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
 RULES: list[tuple[str, Check]] = [
     # the run: its seed, the names that become folders (outputs/<task_name>/runs) and W&B fields, switches
     ("seed", seed),
@@ -199,16 +208,12 @@ RULES: list[tuple[str, Check]] = [
     *((f"logger.wandb.{k}", name_check(128, nullable=True)) for k in ("entity", "name", "group", "id")),
     ("logger.wandb.job_type", name_check(64, nullable=True)),
     ("logger.wandb.tags", tag_list),
-    # sizes of every model family (causal_lm, transformer_mt/nat, seq2seq_*, sequence_classifier, vit, tts)
-    *((f"model.net.{k}", positive_int) for k in (
-        "vocab_size", "d_model", "n_heads", "n_layers", "d_emb", "d_hidden", "max_len", "num_classes", "kernel_size",
-        "image_size", "patch_size", "in_channels", "n_mels", "reduction",
-        "dec_prenet_dim", "postnet_channels", "postnet_layers", "max_text_len", "max_dec_steps")),
+    # the sizes most families share (a family's own: its declaration's rules, attnlab.families)
+    *((f"model.net.{k}", positive_int) for k in ("vocab_size", "d_model", "n_heads", "n_layers", "max_len",
+                                                 "num_classes")),
     ("model.net.n_encoder_layers", optional(positive_int)),  # null: n_layers
     ("model.net.n_decoder_layers", optional(positive_int)),
-    ("model.net.enc_prenet_convs", non_negative_int),
-    ("model.net.max_length_offset", non_negative_int),
-    *((f"model.net.{k}", probability) for k in ("dropout", "attn_dropout", "dec_prenet_dropout")),
+    *((f"model.net.{k}", probability) for k in ("dropout", "attn_dropout")),
     # optimization
     ("model.optimizer.lr", learning_rate),
     ("model.optimizer.weight_decay", non_negative_number),
@@ -218,16 +223,11 @@ RULES: list[tuple[str, Check]] = [
     ("model.scheduler.min_lr_ratio", unit_interval),
     ("model.label_smoothing", probability),
     ("model.scheduled_sampling.schedule", one_of(SCHEDULES)),
-    # the command-line shortcuts copied into model.net (model.cell=lstm, model.attention=none, model.encoder=rnn)
-    ("model.cell", one_of(CELLS)),
-    ("model.attention", one_of(ATTENTIONS)),
-    ("model.encoder", one_of(ENCODERS)),
     ("model.decoding.*.beam_size", positive_int),
     ("data.batch_size", positive_int),
     ("data.*_size", positive_int),  # train_size, val_size, copy_test_size, ...
     *((f"data.{k}", positive_int) for k in ("max_chars", "max_frames")),  # the speech corpora
     *((f"data.mel.{k}", positive_int) for k in ("sample_rate", "n_fft", "hop_length", "win_length", "n_mels")),
-    ("model.guided_attention.heads", optional(positive_int)),
     ("data.vocab_size", positive_int),
     ("data.seq_len", positive_int),
     ("data.image_size", positive_int),
@@ -264,7 +264,7 @@ RULES: list[tuple[str, Check]] = [
     # parts given as one value where a config is needed (`ffn.activation=tanh`); a config is flattened away
     ("norm.layer", lambda v: "must be a layer config such as {_target_: torch.nn.LayerNorm, _partial_: true}"),
     ("ffn.activation", lambda v: "must be a module config such as {_target_: torch.nn.GELU} (or choose "
-                                 "ffn=relu|gelu|swiglu|geglu)"),
+                                 f"ffn={'|'.join(_options('ffn'))})"),
     ("norm.layer.eps", positive_number),
     ("ffn.hidden_mult", positive_number),
     ("ffn.multiple_of", positive_int),
@@ -278,7 +278,7 @@ RULES: list[tuple[str, Check]] = [
 ]
 
 
-def _divisible(a: str, b: str, why: str) -> Callable[[Mapping[str, Any]], str | None]:
+def divisible(a: str, b: str, why: str) -> Callable[[Mapping[str, Any]], str | None]:
     def check(flat: Mapping[str, Any]) -> str | None:
         x, y = flat.get(a), flat.get(b)
         if _is_int(x) and _is_int(y) and y > 0 and x % y:
@@ -288,7 +288,7 @@ def _divisible(a: str, b: str, why: str) -> Callable[[Mapping[str, Any]], str | 
     return check
 
 
-def _same(a: str, b: str, why: str) -> Callable[[Mapping[str, Any]], str | None]:
+def same(a: str, b: str, why: str) -> Callable[[Mapping[str, Any]], str | None]:
     def check(flat: Mapping[str, Any]) -> str | None:
         if a in flat and b in flat and flat[a] != flat[b]:
             return f"{a}={_show(flat[a])} but {b}={_show(flat[b])}: {why}"
@@ -298,15 +298,15 @@ def _same(a: str, b: str, why: str) -> Callable[[Mapping[str, Any]], str | None]
 
 
 def _heads(flat: Mapping[str, Any]) -> str | None:
-    if flat.get("model.net.encoder", "attention") != "attention":  # the sequence classifier's RNN / CNN: no heads
+    if "attn._target_" not in flat:  # a net not built from the attention group (the RNNs, the classifier's CNN)
         return None
-    return _divisible("model.net.d_model", "model.net.n_heads", "each head gets d_model / n_heads dimensions")(flat)
+    return divisible("model.net.d_model", "model.net.n_heads", "each head gets d_model / n_heads dimensions")(flat)
 
 
 def _kv_heads(flat: Mapping[str, Any]) -> str | None:
     if flat.get("attn.kv_heads") is None:
         return None
-    return _divisible("model.net.n_heads", "attn.kv_heads",
+    return divisible("model.net.n_heads", "attn.kv_heads",
                       "grouped-query attention shares each key/value head among n_heads / kv_heads query heads")(flat)
 
 
@@ -314,13 +314,6 @@ def _top_k(flat: Mapping[str, Any]) -> str | None:
     k, n = flat.get("moe.top_k"), flat.get("moe.num_experts")
     if _is_int(k) and _is_int(n) and k > n:
         return f"moe.top_k={k} is more than moe.num_experts={n}: each token picks top_k of the experts"
-    return None
-
-
-def _bidirectional_gru(flat: Mapping[str, Any]) -> str | None:
-    d = flat.get("model.net.d_model")
-    if flat.get("model.net.bidirectional") and flat.get("model.net.encoder") == "rnn" and _is_int(d) and d % 2:
-        return f"model.net.d_model={d} must be even for a bidirectional GRU (d_model/2 per direction)"
     return None
 
 
@@ -341,13 +334,6 @@ def _rotary_head_dim(flat: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _even_rnn_hidden(flat: Mapping[str, Any]) -> str | None:
-    d = flat.get("model.net.d_hidden")  # seq2seq_*: the bidirectional encoder runs d_hidden/2 per direction
-    if _is_int(d) and d % 2:
-        return f"model.net.d_hidden={d} must be even (the bidirectional encoder runs d_hidden/2 per direction)"
-    return None
-
-
 BPE_DATA = ("attnlab.data.lm_datamodule.LMDataModule", "attnlab.data.translation_datamodule.TranslationDataModule")
 
 
@@ -360,17 +346,9 @@ def _bpe_vocab(flat: Mapping[str, Any]) -> str | None:
 
 RELATIONS: list[Callable[[Mapping[str, Any]], str | None]] = [
     _heads,
-    _divisible("model.net.image_size", "model.net.patch_size",
-               "the image is cut into patch_size × patch_size patches"),
-    _even_rnn_hidden,
-    _same("model.net.image_size", "data.image_size", "the model is built for the images the data gives; set both "
-          "alike (or leave model.net.image_size at its default ${data.image_size})"),
-    _same("model.net.in_channels", "data.in_channels", "the model is built for the images the data gives; set both "
-          "alike (or leave model.net.in_channels at its default ${data.in_channels})"),
     _top_k,
     _kv_heads,
     _bpe_vocab,
-    _bidirectional_gru,
     _rotary_head_dim,
     _gpu_present,
 ]
@@ -479,17 +457,38 @@ def config_problems(cfg: DictConfig) -> list[str]:
     except OmegaConfBaseException as e:  # a key that does not exist, a loop, an unset environment variable
         return [interpolation_message(e)]
     flat = _checked_values(cfg, resolved)
+    problems = _value_problems(flat, _COMPILED)
+    family = for_config(cfg)
+    if not problems and family is not None:
+        problems = family.rules(flat)
+    if problems:  # relations assume the single values are sane
+        return problems
+    return [p for relation in RELATIONS if (p := relation(flat))]
+
+
+def _value_problems(flat: Mapping[str, Any], compiled: Sequence[tuple[re.Pattern, Check]]) -> list[str]:
+    """``key=value: what is allowed`` for each value of ``flat`` whose first matching rule refuses it."""
     problems = []
     for key, value in flat.items():
-        for pattern, check in _COMPILED:
+        for pattern, check in compiled:
             if pattern.match(key):
                 problem = check(value)
                 if problem:
                     problems.append(f"{key}={_show(value)}: {problem}")
                 break
-    if problems:  # relations assume the single values are sane
-        return problems
-    return [p for relation in RELATIONS if (p := relation(flat))]
+    return problems
+
+
+def table_rules(rules: Sequence[tuple[str, Check]] = (),
+                relations: Sequence[Callable[[Mapping[str, Any]], str | None]] = ()):
+    """A family's config rules (:attr:`attnlab.families.Family.rules`) from a table like :data:`RULES` (key
+    pattern, check) and relations like :data:`RELATIONS`; the relations run once the single values pass."""
+    compiled = [(_pattern(glob), check) for glob, check in rules]
+
+    def family_rules(flat: Mapping[str, Any]) -> list[str]:
+        return _value_problems(flat, compiled) or [p for relation in relations if (p := relation(flat))]
+
+    return family_rules
 
 
 def validate_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:

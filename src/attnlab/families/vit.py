@@ -1,0 +1,39 @@
+"""The Vision Transformer: ``model=vit``, images, served by ``train.py ckpt_path=... train=false``."""
+
+from __future__ import annotations
+
+from ..utils.validate import divisible, positive_int, same, table_rules
+from . import BLOCK_GROUPS, Family
+
+
+def batch_loss(net, gen):
+    import torch
+    import torch.nn.functional as F
+
+    images = torch.randn(4, net.in_channels, net.image_size, net.image_size, generator=gen)
+    return F.cross_entropy(net(images), torch.arange(4) % net.num_classes)
+
+
+def _same_as_data(key: str):
+    return same(f"model.net.{key}", f"data.{key}", f"the model is built for the images the data gives; set both "
+                f"alike (or leave model.net.{key} at its default ${{data.{key}}})")
+
+
+FAMILY = Family(
+    name="vit",
+    task="attnlab.tasks.vit.ImageClassificationTask",
+    net="attnlab.models.vit.VisionTransformer",
+    data="images",
+    groups=BLOCK_GROUPS,
+    what="an image classifier",
+    serves="train.py ckpt_path=... train=false",
+    description="Vision Transformer: patches, a transformer encoder, the mean (or a class token), classes",
+    rules=table_rules(
+        [(f"model.net.{k}", positive_int) for k in ("image_size", "patch_size", "in_channels")],
+        [divisible("model.net.image_size", "model.net.patch_size",
+                   "the image is cut into patch_size × patch_size patches"),
+         _same_as_data("image_size"), _same_as_data("in_channels")]),
+    batch_loss=batch_loss,
+    # random crops and flips on: the augmentation is a function of (seed, epoch, item) too
+    test_overrides=("data.crop_padding=1", "data.hflip=true", "data.repeats_per_epoch=1"),
+)
