@@ -17,7 +17,7 @@ COMMON = ["debug=fast", "logger=csv", "callbacks.rich_progress_bar=null", "train
           "test=false", "trainer.deterministic=true", "trainer.max_epochs=10", "model.net.dropout=0.1",
           "callbacks.attention_maps=null", "callbacks.model_checkpoint.monitor=null",
           "+callbacks.model_checkpoint.every_n_train_steps=1",  # last.ckpt after every step: the final state
-          "+model.scheduler.total_steps=12"]  # the same LR schedule whatever max_steps the part stops at
+          "+sched.total_steps=12"]  # the same LR schedule whatever max_steps the part stops at
 FAMILIES = {
     "causal_lm": ["model=causal_lm"],
     "transformer_mt": ["model=transformer_mt", "data.train_size=300", "data.val_size=24", "data.test_size=24",
