@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from omegaconf import OmegaConf
 from cli_checks import TINY, one_error_line
 from helpers import compose_train, explorer_data, run_cli
 from workspace_checks import check_leet_opens, check_sweep_workspace
 
+from attnlab.checkpoints import check_resumed_run, load_task
 from attnlab.train import run
 from attnlab.wandb_runs import offline_run_dirs, read_offline_runs
 
@@ -185,6 +187,11 @@ def test_every_logger_option_trains(tmp_path, cache_dir):
     assert hparams["optim.lr"] == hparams["model.optimizer.lr"] and hparams["optim.momentum"] == 0.9
     lrs = column(read_csv_metrics(sweep / str(options.index("csv"))), "lr-SGD/pg1")  # SGD was what trained
     assert lrs and lrs[-1] == hparams["model.optimizer.lr"]  # constant after the warm-up
+    # its run folder and checkpoint pass the allow-list of resume= and of the entry points that serve it
+    job = sweep / str(options.index("csv"))
+    check_resumed_run(job, job / "checkpoints" / "last.ckpt", OmegaConf.load(job / ".hydra" / "config.yaml").model)
+    task, _ = load_task(job / "checkpoints" / "last.ckpt", "attnlab.tasks.causal_lm.CausalLMTask", "language-model")
+    assert task.optimizer_cfg["_target_"] == sgd and task.scheduler_cfg["_target_"] == constant
     # logger=none: the learning-rate monitor reports to a logger only: left out, with a note
     assert out.stdout.count("no logger: leaving out LearningRateMonitor") == 1
 

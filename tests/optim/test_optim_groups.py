@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from helpers import compose_train
 from omegaconf import OmegaConf, open_dict
 
+from attnlab.allowed_targets import UnsafeTargetError, check_targets
 from attnlab.optim import build_lr_schedule, build_optimizer
 from attnlab.paths import CONF_DIR
 from attnlab.train import build_model
@@ -110,3 +111,14 @@ def test_muon_takes_the_hidden_matrices_and_adamw_the_rest(base):
     assert muon and all(n.startswith("decoder.layers.") and n.endswith(".weight") for n in muon), muon
     assert {"embed.weight", "positions.table"} <= set(adamw)  # the head is tied to embed.weight
     assert len(muon) + len(adamw) == len(names)
+
+
+def test_a_checkpoint_may_name_the_options_of_conf_and_nothing_else(base):
+    """What a task saves (its optimizer / scheduler configs) passes the checkpoint loaders' allow-list for every
+    option of conf/optim and conf/sched; another optimizer class does not."""
+    for group, key, names in (("optim", "optimizer", OPTIMS), ("sched", "scheduler", SCHEDS)):
+        for name in names:
+            saved = OmegaConf.to_container(with_option(base, group, name)[group], resolve=True)
+            check_targets({key: saved}, f"{group}={name}")
+    with pytest.raises(UnsafeTargetError, match=r"optimizer\._target_ = 'torch\.optim\.LBFGS'"):
+        check_targets({"optimizer": {"_target_": "torch.optim.LBFGS", "_partial_": True}}, "a checkpoint")
