@@ -623,9 +623,12 @@ def unread_problems(cfg: DictConfig, overrides: Sequence[str]) -> list[str]:
             written = repr(OmegaConf.to_container(node, resolve=False))
             if "${" + key + "}" not in written:
                 reads = sorted(set(re.findall(r"\$\{(" + re.escape(values) + r"\.\w+)\}", written)))
+                leaf, value = key.rsplit(".", 1)[-1], override.split("=", 1)[-1]
+                found = _parameters(str(node.get("_target_")))
+                own = (f"give it as {'' if leaf in node else '+'}{group}.{leaf}={value}" if found and leaf in found[0]
+                       else f"its own arguments are {group}.<name>=...")
                 problems.append(f"{override}: {group}={_choices(cfg).get(group, 'this option')} does not read {key} "
-                                f"(it reads {', '.join(reads) or 'none of ' + values}); set its own arguments as "
-                                f"{group}.<name>=...")
+                                f"(it reads {', '.join(reads) or 'none of ' + values}); {own}")
     return problems
 
 
