@@ -21,10 +21,11 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
+from omegaconf import OmegaConf, open_dict
 
 from attnlab.paths import CONF_DIR
-from attnlab.tasks.base import build_adamw, build_net, warmup_cosine
+from attnlab.optim import build_lr_schedule, build_optimizer
+from attnlab.tasks.base import build_net
 from attnlab.tasks.causal_lm import lm_loss
 
 from .common import Table, matmul_peak, median, spread
@@ -119,7 +120,8 @@ def measure(quick: bool, repeats: int, peak_flops: float) -> dict:
 
 
 def plain_loop(cfg, steps: int) -> list[float]:
-    """The same training, by hand: seed, data, net, AdamW groups, warm-up+cosine, clipping, the task's loss."""
+    """The same training, by hand: seed, data, net, the optim/sched groups' optimizer and schedule, clipping, the
+    task's loss."""
     import hydra
 
     L.seed_everything(cfg.seed, workers=True)
@@ -128,11 +130,9 @@ def plain_loop(cfg, steps: int) -> list[float]:
     dm.setup("fit")
     net = build_net(cfg.model.net)
     net.train()
-    opt_cfg = {"lr": 3e-4, "betas": (0.9, 0.95), "weight_decay": 0.1, "eps": 1e-8, **cfg.model.optimizer}
-    opt = build_adamw(net, opt_cfg, cfg.trainer.precision)
-    s = cfg.model.scheduler
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: warmup_cosine(i, s.warmup_steps, steps, s.min_lr_ratio))
+    container = functools.partial(OmegaConf.to_container, resolve=True)
+    opt = build_optimizer(net, container(cfg.optim), cfg.trainer.precision)
+    sched = build_lr_schedule(opt, {**container(cfg.sched), "total_steps": steps}, steps)
     ends = []
     for i, b in enumerate(dm.train_dataloader()):
         if i == steps:

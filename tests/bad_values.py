@@ -6,7 +6,8 @@ Kinds (what a leaf is, decided from the composed config, not from the validator'
 * ``seed``: the run's seed: negative, text, over 2**32 - 1, a fraction;
 * ``size``: a positive integer of the model, the data or a callback (``d_model``, ``n_heads``, ``batch_size``,
   ``every_n_epochs`` ...): 0, -1, text, a fraction; the model's widths also a size that cannot be allocated;
-* ``rate``: a dropout, a fraction of the data, label smoothing: below 0, above 1, NaN, text;
+* ``rate``: a dropout, a fraction of the data or of training, label smoothing, a momentum: below 0, above 1,
+  NaN, text;
 * ``positive``: a learning rate, an epsilon, a weight decay, a multiplier: negative, NaN, text;
 * ``name``: text that becomes a folder name or a W&B field (``task_name``, ``experiment_name``, W&B project, name,
   group, job type, tags): a number (``nan`` on the command line), a slash, empty, 300 characters;
@@ -32,7 +33,7 @@ UNSET_ENV = "ATTNLAB_TEST_SURELY_UNSET"
 
 SIZE_NAME = re.compile(r"(^|_)(size|len|layers|heads|dim|channels|mels|reduction|steps|epochs|tokens|classes|"
                        r"experts|top_k|kv_heads|window|multiple_of)$|^(d|n|num|max)_")
-RATE_NAME = re.compile(r"dropout|fraction|label_smoothing|min_lr_ratio")
+RATE_NAME = re.compile(r"dropout|fraction|label_smoothing|min_lr_ratio|momentum")
 POSITIVE_NAME = re.compile(r"(^|\.)(lr|eps|weight_decay|hidden_mult|aux_loss_coef|z_loss_coef)$")
 NAMES = {"task_name": "folder", "experiment_name": "folder", "logger.wandb.project": "wandb",
          "logger.wandb.name": "wandb", "logger.wandb.group": "wandb", "logger.wandb.job_type": "wandb"}
@@ -87,7 +88,7 @@ def classify(key: str, value) -> str | None:
     if isinstance(value, bool) or leaf.startswith("_"):
         return None
     if isinstance(value, int) and value >= 1 and SIZE_NAME.search(leaf) and not NOT_SIZES.search(key) \
-            and key.startswith(("model.", "data.", "callbacks.", "trainer.", "moe.", "attn.", "ffn.")):
+            and key.startswith(("model.", "data.", "callbacks.", "trainer.", "moe.", "attn.", "ffn.", "optim.")):
         return "size"
     if isinstance(value, float) and RATE_NAME.search(leaf):
         return "rate"

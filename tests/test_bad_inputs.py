@@ -144,15 +144,18 @@ def test_bad_input_is_one_line_and_exit_2(args, message, names, bad, tmp_path, c
 
 
 MODELS = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
+# every model, then every option of the optimizer and LR-schedule groups (on the default model)
+CHOICES = [f"model={m}" for m in MODELS] + [f"{group}={p.stem}" for group in ("optim", "sched")
+                                            for p in sorted((CONF_DIR / group).glob("*.yaml"))]
 
 
 def test_every_generated_bad_value_of_every_model_is_refused(tmp_path, monkeypatch):
     monkeypatch.delenv(UNSET_ENV, raising=False)
     seen: set[str] = set()
     accepted, kinds = [], {}
-    for model in MODELS:
-        cfg = compose_train([f"model={model}"], tmp_path / "out")
-        for case in sample(cases_for(cfg, f"{model}/"), seen):
+    for choice in CHOICES:
+        cfg = compose_train([choice], tmp_path / "out")
+        for case in sample(cases_for(cfg, f"{choice}/"), seen):
             kinds[case.kind] = kinds.get(case.kind, 0) + 1
             try:
                 validate_config(apply(cfg, case), case.overrides)

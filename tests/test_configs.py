@@ -96,11 +96,12 @@ def test_group_override_for_a_model_not_built_from_it_is_refused(tmp_path):
     check_block_groups(cfg, ["attn=gqa", "norm=rms"])  # groups it uses are fine
 
 
-def test_cli_unknown_option_lists_choices_exit_2(tmp_path):
-    out = run_cli(["norm=group", f"hydra.run.dir={tmp_path}/run"], timeout=120)
+@pytest.mark.parametrize("group,option,listed", [("norm", "group", "rms"), ("optim", "foo", "sgd")])
+def test_cli_unknown_option_lists_choices_exit_2(group, option, listed, tmp_path):
+    out = run_cli([f"{group}={option}", f"hydra.run.dir={tmp_path}/run"], timeout=120)
     assert out.returncode == 2  # like every other bad input (docs/reliability.md)
-    assert "Could not find 'norm/group'" in out.stdout and "Available options" in out.stdout
-    assert "rms" in out.stdout and "Traceback" not in out.stdout
+    assert f"Could not find '{group}/{option}'" in out.stdout and "Available options" in out.stdout
+    assert listed in out.stdout and "Traceback" not in out.stdout
     assert not (tmp_path / "run").exists()
 
 

@@ -18,7 +18,7 @@ COMMON = ["debug=fast", "logger=csv", "callbacks.rich_progress_bar=null", "train
           "test=false", "trainer.deterministic=true", "trainer.max_epochs=10", "model.net.dropout=0.1",
           "callbacks.attention_maps=null", "callbacks.model_checkpoint.monitor=null",
           "+callbacks.model_checkpoint.every_n_train_steps=1",  # last.ckpt after every step: the final state
-          "+model.scheduler.total_steps=12"]  # the same LR schedule whatever max_steps the part stops at
+          "+sched.total_steps=12"]  # the same LR schedule whatever max_steps the part stops at
 # every registered family (attnlab.families), with the overrides that make its run tiny
 FAMILIES = {f.name: [f"model={f.name}", *f.test_overrides] for f in families()}
 SLOW = {"transformer_nat"}  # transformer_mt's data module and loop: -m slow

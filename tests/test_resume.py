@@ -71,6 +71,13 @@ def test_resume_auto_continues_only_a_run_of_the_same_model_and_writes_nothing_i
     assert sorted((lm_runs / "debug" / "runs").iterdir()) == runs_before
     assert snapshot(vit_run) == vit_files and snapshot(lm_run) == lm_files
 
+    # its own run with another optimizer: refused (the checkpoint holds AdamW's state), nothing written
+    sgd = run_cli([*EPOCH, f"paths.log_dir={lm_runs}", "resume=auto", "optim=sgd"], cache_dir)
+    assert sgd.returncode == 2, sgd.stdout[-3000:]
+    line = one_error_line(sgd.stdout, f"{lm_run} was trained with another optimizer")
+    assert "optim._target_=torch.optim.AdamW there, torch.optim.SGD here" in line
+    assert snapshot(lm_run) == lm_files and sorted((lm_runs / "debug" / "runs").iterdir()) == runs_before
+
     # causal_lm: its own run, not the newer ViT one; a changed learning rate is named as not applied
     resumed = run_cli([*EPOCH, f"paths.log_dir={lm_runs}", "resume=auto", "trainer.max_epochs=2",
                        "model.optimizer.lr=0.5", "model.scheduler.warmup_steps=3"], cache_dir)

@@ -7,11 +7,15 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
+from omegaconf import OmegaConf
 from cli_checks import TINY, one_error_line
 from helpers import compose_train, explorer_data, run_cli
 from workspace_checks import check_leet_opens, check_sweep_workspace
 
+from attnlab.checkpoints import check_resumed_run, load_task
 from attnlab.train import run
+from attnlab.wandb_runs import offline_run_dirs, read_offline_runs
 
 FAST = ["model=causal_lm", "debug=fast", "logger=csv"]
 
@@ -156,14 +160,17 @@ NO_LOGGER = [a for a in TINY if not a.startswith("logger=")]
 
 
 def test_every_logger_option_trains(tmp_path, cache_dir):
-    """One sweep over the `logger=` options (one interpreter start for all): every job trains and logs."""
+    """One sweep over the `logger=` options (one interpreter start for all): every job trains and logs, here with
+    another optimizer and LR schedule than the defaults (optim=sgd sched=constant), which the loggers' configs
+    record."""
     try:
         import tensorboard  # noqa: F401
         options = ["wandb", "csv", "tensorboard", "none"]
     except ImportError:  # the tensorboard extra is not installed
         options = ["wandb", "csv", "none"]
     sweep = tmp_path / "sweep"
-    out = run_cli(["-m", *NO_LOGGER, f"logger={','.join(options)}", f"hydra.sweep.dir={sweep}"], cache_dir)
+    out = run_cli(["-m", *NO_LOGGER, "optim=sgd", "sched=constant", f"logger={','.join(options)}",
+                   f"hydra.sweep.dir={sweep}"], cache_dir)
     assert out.returncode == 0, out.stdout[-3000:]  # a failed job makes the sweep exit 1
     written = {"wandb": "wandb/offline-run-*", "csv": "csv/version_0/metrics.csv",
                "tensorboard": "tensorboard/**/events.*"}
@@ -171,6 +178,20 @@ def test_every_logger_option_trains(tmp_path, cache_dir):
         assert (sweep / str(job) / "metrics.json").is_file(), logger
         if logger != "none":
             assert list((sweep / str(job)).glob(written[logger])), logger
+    # the chosen optimizer and schedule, as W&B's and the CSV logger's configs hold them
+    sgd, constant = "torch.optim.SGD", "attnlab.optim.schedules.warmup_constant"
+    (logged,) = read_offline_runs(offline_run_dirs(sweep / str(options.index("wandb"))))
+    assert logged.config["optim._target_"] == sgd and logged.config["sched._target_"] == constant
+    hparams = yaml.safe_load((sweep / str(options.index("csv")) / "csv/version_0/hparams.yaml").read_text())
+    assert hparams["optim._target_"] == sgd and hparams["sched._target_"] == constant
+    assert hparams["optim.lr"] == hparams["model.optimizer.lr"] and hparams["optim.momentum"] == 0.9
+    lrs = column(read_csv_metrics(sweep / str(options.index("csv"))), "lr-SGD/pg1")  # SGD was what trained
+    assert lrs and lrs[-1] == hparams["model.optimizer.lr"]  # constant after the warm-up
+    # its run folder and checkpoint pass the allow-list of resume= and of the entry points that serve it
+    job = sweep / str(options.index("csv"))
+    check_resumed_run(job, job / "checkpoints" / "last.ckpt", OmegaConf.load(job / ".hydra" / "config.yaml").model)
+    task, _ = load_task(job / "checkpoints" / "last.ckpt", "attnlab.tasks.causal_lm.CausalLMTask", "language-model")
+    assert task.optimizer_cfg["_target_"] == sgd and task.scheduler_cfg["_target_"] == constant
     # logger=none: the learning-rate monitor reports to a logger only: left out, with a note
     assert out.stdout.count("no logger: leaving out LearningRateMonitor") == 1
 

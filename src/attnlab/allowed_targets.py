@@ -10,7 +10,8 @@ What is allowed is read from ``conf/**/*.yaml`` (never kept by hand), so a varia
 class and one YAML file, docs/adding_a_variant.md) is allowed by adding it:
 
 * scope ``"model"`` (a checkpoint's hyper-parameters, a net config): the targets of the model-building groups
-  (``model``, ``norm``, ``ffn``, ``moe``, ``attn``, ``pos``, wherever a config file sets them), the ones
+  (``model``, ``norm``, ``ffn``, ``moe``, ``attn``, ``pos``, ``optim``, ``sched``, wherever a config file sets
+  them), the ones
   :mod:`attnlab.checkpoint_upgrade` writes for old checkpoints, and the layers ``torch.nn`` exports
   (``norm.layer._target_=torch.nn.RMSNorm``, ``ffn.activation._target_=torch.nn.Mish``: an ``nn.Module`` class
   of ``torch.nn`` itself, never a function or a submodule);
@@ -34,7 +35,8 @@ from typing import Any
 from .errors import UserError
 from .paths import CONF_DIR
 
-MODEL_GROUPS = ("model", "norm", "ffn", "moe", "attn", "pos")
+# the groups a task is built from: its net's parts, and the optimizer and LR schedule it saves in its checkpoint
+MODEL_GROUPS = ("model", "norm", "ffn", "moe", "attn", "pos", "optim", "sched")
 # keys that make Lightning import what they name when it builds a module from hyper-parameters
 LIGHTNING_CODE_KEYS = ("_instantiator", "_class_path")
 MAX_DEPTH = 64  # a config nests a few levels; deeper is a self-referencing interpolation, not a config
@@ -91,7 +93,8 @@ def _upgrade_targets() -> frozenset[str]:
     from . import checkpoint_upgrade as up
 
     return frozenset([*up.NORM_LAYERS.values(), *up.ACTIVATIONS.values(), *up.POSITIONS.values(), up.ATTENTION,
-                      "attnlab.modules.feedforward.FeedForward", "attnlab.modules.moe.mixture_of_experts"])
+                      "attnlab.modules.feedforward.FeedForward", "attnlab.modules.moe.mixture_of_experts",
+                      up.OPTIMIZER, up.SCHEDULE])
 
 
 def _torch_layer(target: str) -> bool:
@@ -120,7 +123,7 @@ def task_classes() -> frozenset[str]:
 
 
 def _describe(scope: str) -> str:
-    return ("the model groups of attnlab's conf/ (model, norm, ffn, moe, attn, pos) or a torch.nn layer"
+    return (f"the model groups of attnlab's conf/ ({', '.join(MODEL_GROUPS)}) or a torch.nn layer"
             if scope == "model" else "attnlab's conf/ groups")
 
 

@@ -11,6 +11,11 @@ optimizer state resumes as well): only names move, and the ViT's position table 
 Arguments added later with a default that changes behaviour (``ADDED_ARGS``: the TTS's ``text_eos``) are set to
 their old value in a config that does not name them.
 
+A task's ``optimizer`` / ``scheduler`` config without ``_target_`` (a checkpoint from before the ``optim`` /
+``sched`` groups, or a task built by hand with ``optimizer={"lr": ...}``) holds the arguments of AdamW and of the
+warm-up + cosine schedule, the only ones there were; :func:`upgrade_optimizer_config` and
+:func:`upgrade_scheduler_config` name them, with the defaults those values were completed with.
+
 :class:`attnlab.tasks.base.Task` calls :func:`upgrade_net_config` before building its net and
 :func:`upgrade_state_dict` in ``on_load_checkpoint`` (Lightning calls it before loading the weights, both for
 ``load_from_checkpoint`` and for ``trainer.fit(ckpt_path=...)``). Both leave a current checkpoint unchanged.
@@ -30,6 +35,10 @@ POSITIONS = {"learned": "attnlab.modules.positional.LearnedPositions",
              "rotary": "attnlab.modules.positional.RotaryPositions",
              "none": "attnlab.modules.positional.NoPositions"}
 ATTENTION = "attnlab.modules.attention.MultiHeadAttention"
+OPTIMIZER = "torch.optim.AdamW"
+SCHEDULE = "attnlab.optim.schedules.warmup_cosine"
+OPTIMIZER_DEFAULTS = {"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1, "eps": 1e-8}
+SCHEDULE_DEFAULTS = {"warmup_steps": 100, "min_lr_ratio": 0.1}
 
 
 def _is_spec(value: Any, marker: str) -> bool:
@@ -134,3 +143,19 @@ def upgrade_state_dict(state_dict: dict, net_target: str | None, prefix: str = "
             key = prefix + name
         state_dict[key] = value
     return changed
+
+
+def _named(cfg: Any, target: str, defaults: dict) -> dict:
+    if isinstance(cfg, Mapping) and "_target_" in cfg:
+        return dict(cfg)
+    return {"_target_": target, "_partial_": True, **defaults, **(cfg or {})}
+
+
+def upgrade_optimizer_config(cfg: Any) -> dict:
+    """A task's ``optimizer`` config with its ``_target_`` (bare values: AdamW's arguments)."""
+    return _named(cfg, OPTIMIZER, OPTIMIZER_DEFAULTS)
+
+
+def upgrade_scheduler_config(cfg: Any) -> dict:
+    """A task's ``scheduler`` config with its ``_target_`` (bare values: the warm-up + cosine schedule's)."""
+    return _named(cfg, SCHEDULE, SCHEDULE_DEFAULTS)

@@ -116,6 +116,13 @@ def data_differences(there: Any, here: Any) -> list[str]:
             if k.split(".")[1] not in LOADING_ONLY and flat_a.get(k, missing) != flat_b.get(k, missing)]
 
 
+def optimizer_difference(there: DictConfig, here: DictConfig) -> str | None:
+    """``"torch.optim.AdamW there, torch.optim.SGD here"`` when the two configs' ``optim`` options build different
+    optimizers (a config without the group: AdamW, the only one there was); None when they agree."""
+    a, b = (str((c.get("optim") or {}).get("_target_", "torch.optim.AdamW")) for c in (there, here))
+    return None if a == b else f"optim._target_={a} there, {b} here"
+
+
 def saved_config(run_dir: str | Path) -> DictConfig | None:
     try:
         saved = OmegaConf.load(Path(run_dir) / SAVED_CONFIG)
@@ -256,7 +263,8 @@ def _damage(path: Path) -> str | None:
 # overrides the restored state ignores
 # ----------------------------------------------------------------------------------------------------------------
 def overridden_by_checkpoint(previous: DictConfig | None, current: DictConfig) -> list[str]:
-    """Warnings for ``model.optimizer.*`` / ``model.scheduler.*`` values that differ from the first part's.
+    """Warnings for ``model.optimizer.*`` / ``model.scheduler.*`` values, and the ``optim`` / ``sched`` options'
+    own values, that differ from the first part's (another optimizer class is refused: run_folder.check_resume).
 
     The checkpoint restores the optimizer's param groups (lr, betas, weight decay, ...) and the LR scheduler's
     ``base_lrs`` and step: a changed optimizer value is not applied. The schedule's shape (warmup, decay length,
@@ -265,20 +273,32 @@ def overridden_by_checkpoint(previous: DictConfig | None, current: DictConfig) -
     if previous is None or "model" not in previous or "model" not in current:
         return []
     out = []
-    for group, verdict in (("optimizer", "NOT applied: the optimizer state restored from the checkpoint keeps the "
-                                         "first part's value (start a new run to change it)"),
-                           ("scheduler", "applied from the resumed step on (the schedule is rebuilt from the config; "
-                                         "its base learning rate comes from the checkpoint)")):
+    not_applied = ("NOT applied: the optimizer state restored from the checkpoint keeps the first part's value (start "
+                   "a new run to change it)")
+    applied = ("applied from the resumed step on (the schedule is rebuilt from the config; its base learning rate "
+               "comes from the checkpoint)")
+    # the model's tuned values, then the optim / sched options' own (a saved config without them: nothing to say)
+    for key, verdict in (("model.optimizer", not_applied), ("model.scheduler", applied), ("optim", not_applied),
+                         ("sched", applied)):
         try:
-            before = OmegaConf.to_container(previous.model.get(group) or {}, resolve=True)
-            now = OmegaConf.to_container(current.model.get(group) or {}, resolve=True)
+            if OmegaConf.select(previous, key) is None:
+                continue
+            before = OmegaConf.to_container(OmegaConf.select(previous, key) or {}, resolve=True)
+            now = OmegaConf.to_container(OmegaConf.select(current, key) or {}, resolve=True)
         except Exception:  # noqa: BLE001
             continue
-        a, b = _flatten(before, f"model.{group}"), _flatten(now, f"model.{group}")
+        if key in ("optim", "sched"):  # the values read from the model's are named there
+            before, now = ({k: v for k, v in d.items() if not _reads_model(OmegaConf.select(c, key), k)}
+                           for d, c in ((before, previous), (now, current)))
+        a, b = _flatten(before, key), _flatten(now, key)
         changed = [f"{k}={b.get(k)} (first part: {a.get(k)})" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
         if changed:
             out.append(f"resume: {', '.join(changed)}: {verdict}")
     return out
+
+
+def _reads_model(node: Any, key: str) -> bool:
+    return isinstance(node, DictConfig) and key in node and OmegaConf.is_interpolation(node, key)
 
 
 def previous_wandb_id(run_dir: str | Path) -> str | None:

@@ -335,6 +335,10 @@ def check_resume(config: DictConfig, run_dir: Path) -> None:
         raise resume.ResumeError(f"resume={value}: {run_dir} was trained on other data ({shown}): its checkpoint "
                                  f"holds the tokenizer and ids of those; give the first part's data overrides (see "
                                  f"{run_dir / resume.SAVED_CONFIG})")
+    other = resume.optimizer_difference(saved, config) if saved is not None else None
+    if other:
+        raise resume.ResumeError(f"resume={value}: {run_dir} was trained with another optimizer ({other}): its checkpoint holds that "
+                                 f"optimizer's state; give the first part's optim= (see {run_dir / resume.SAVED_CONFIG})")
     resume.check_intact(ckpt, option="resume")
     check_resumed_run(run_dir, ckpt, config.get("model"))  # the checkpoint too, and it is of this model's family
     if saved is not None:

@@ -80,12 +80,19 @@ def with_run_checkpointing(cfg: DictConfig, callbacks: list) -> list:
     return out
 
 
-def build_model(model_cfg: DictConfig) -> L.LightningModule:
+def build_model(model_cfg: DictConfig, optim: DictConfig | None = None,
+                sched: DictConfig | None = None) -> L.LightningModule:
+    """The task of ``model_cfg``, optimized as the ``optim`` and ``sched`` groups say (without them: AdamW and
+    warm-up + cosine over the model's own ``optimizer`` / ``scheduler`` values)."""
     cfg = OmegaConf.to_container(model_cfg, resolve=True)
     # describe the model for train.py, not constructor arguments: its name, and `shortcuts`, keys like
     # `model.attention` that exist only to be interpolated into `net` from the command line
     for meta in ("name", "shortcuts", *(cfg.get("shortcuts") or [])):
         cfg.pop(meta, None)
+    # the model's tuned values were read by the groups' interpolations: the task gets what to build
+    for key, group in (("optimizer", optim), ("scheduler", sched)):
+        if group is not None:
+            cfg[key] = OmegaConf.to_container(group, resolve=True)
     check_targets(cfg, "model")  # what the checkpoint will hold: only classes every loader accepts
     # plain dicts, not DictConfigs, reach the task: its saved hyper-parameters then load with weights_only=True
     return hydra.utils.instantiate(cfg, _convert_="all")
@@ -132,7 +139,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     ddp.install()  # before the Trainer exists: DDP ranks re-run this job's saved config (see ddp.py)
     L.seed_everything(cfg.seed, workers=True)
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
-    model = build_model(cfg.model)
+    model = build_model(cfg.model, cfg.get("optim"), cfg.get("sched"))
     check_file_fits(model, cfg.get("ckpt_path"))  # ckpt_path=/resume= of other sizes or parts: one line, no logger yet
     if cfg.get("resume") and _rank_zero() and hasattr(datamodule, "tokenizer"):  # before any logger or checkpoint
         # is opened; the text datamodules' setup is idempotent (Lightning's own call then returns at once)

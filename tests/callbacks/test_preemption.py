@@ -251,7 +251,7 @@ def test_preempted_before_the_first_checkpoint_then_resume_auto_keeps_last_ckpt_
     The LR schedule's length is fixed (`total_steps`) so that the straight run's `max_steps` changes nothing but
     where it stops."""
     base = [*RUN, "model.net.n_layers=1", "callbacks.attention_maps=null", "trainer.limit_val_batches=1",
-            "+model.scheduler.total_steps=1000"]
+            "+sched.total_steps=1000"]
     step, ckpt = _preempt_train_py(tmp_path, warm_cache, "SIGTERM", base=base)
     run_dir = ckpt.parent.parent
     assert sorted(p.name for p in ckpt.parent.iterdir()) == ["PREEMPTED", "last.ckpt"]  # nothing saved before

@@ -17,7 +17,8 @@ def names(group: str) -> list[str]:
 
 CHOICES = ([f"model={m}" for m in names("model")]
            + [f"model={m} debug=fast" for m in names("model")]  # the sizes the tests use
-           + [f"experiment={e}" for e in names("experiment")])
+           + [f"experiment={e}" for e in names("experiment")]
+           + [f"{group}={o}" for group in ("optim", "sched") for o in names(group)])
 
 
 @pytest.mark.parametrize("choice", CHOICES)
@@ -54,6 +55,9 @@ BAD = [
      "model.optimizer.betas=[0.9, 1.0]: must be two numbers in [0, 1), e.g. [0.9, 0.98]"),
     (["model=causal_lm", "model.scheduler.warmup_steps=-5"],
      "model.scheduler.warmup_steps=-5: must be an integer >= 0"),
+    (["optim=sgd", "optim.momentum=1.0"], "optim.momentum=1.0: must be a number in [0, 1)"),
+    (["optim=muon", "optim.lr=-1"], "optim.lr=-1: must be a number > 0"),  # an option's own value, set over its read
+    (["sched=wsd", "sched.decay_fraction=1.5"], "sched.decay_fraction=1.5: must be a number in [0, 1]"),
     (["model=causal_lm", "data.batch_size=0"], "data.batch_size=0: must be a positive integer"),
     (["model=causal_lm", "data.seq_len=0"],  # model.net.max_len is ${data.seq_len}: both are named
      "model.net.max_len=0: must be a positive integer; data.seq_len=0: must be a positive integer"),
@@ -174,3 +178,19 @@ def test_lr_inf_is_let_through_for_the_divergence_guard(tmp_path):
 def test_a_missing_mandatory_value_is_named(tmp_path):
     assert problems(tmp_path, "data=tsv") == ["data.path is not set: give it on the command line (data.path=...)"]
     assert problems(tmp_path, "data=tsv", "data.path=/some/file.tsv") == []
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    (["optim=sgd", "model.optimizer.betas=[0.8,0.9]"], "model.optimizer.betas=[0.8,0.9]: optim=sgd does not read "
+     "model.optimizer.betas (it reads model.optimizer.lr, model.optimizer.weight_decay); its own arguments are "
+     "optim.<name>=..."),
+    # the schedule's length is the sched option's own argument
+    (["+model.scheduler.total_steps=12"], "+model.scheduler.total_steps=12: sched=cosine does not read "
+     "model.scheduler.total_steps (it reads model.scheduler.min_lr_ratio, model.scheduler.warmup_steps); give it as "
+     "+sched.total_steps=12"),
+])
+def test_a_model_value_the_chosen_option_does_not_read_is_refused(overrides, expected, tmp_path):
+    with pytest.raises(ConfigError) as e:
+        validate_config(compose_train(overrides, tmp_path), overrides)
+    assert str(e.value) == expected
+    validate_config(compose_train(["optim=sgd", "model.optimizer.lr=0.1"], tmp_path), ["model.optimizer.lr=0.1"])

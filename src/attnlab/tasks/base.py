@@ -1,5 +1,6 @@
-"""What every task (LightningModule) shares: building its net from config, AdamW with weight-decay groups, a
-warm-up + cosine schedule stepped per optimizer step, and one template step that adds the MoE auxiliary losses.
+"""What every task (LightningModule) shares: building its net from config, the optimizer and LR schedule its
+``optimizer`` / ``scheduler`` configs name (conf/optim, conf/sched; :mod:`attnlab.optim`), the schedule stepped per
+optimizer step, and one template step that adds the MoE auxiliary losses.
 
 A task implements :meth:`Task.step` (one batch -> :class:`~attnlab.tasks.protocols.StepOutput`: its loss and
 metrics) and, where val/test also decode, :meth:`Task.generate_step`; the base task's training/validation/test
@@ -11,7 +12,6 @@ a checkpoint then rebuilds its own model (``Task.load_from_checkpoint(path)``) w
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Any
 
@@ -22,9 +22,11 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from ..allowed_targets import check_targets
-from ..checkpoint_upgrade import upgrade_net_config, upgrade_state_dict
+from ..checkpoint_upgrade import (upgrade_net_config, upgrade_optimizer_config, upgrade_scheduler_config,
+                                  upgrade_state_dict)
 from ..checkpoints import check_fits
 from ..modules.moe import expert_fractions, moe_losses
+from ..optim import build_lr_schedule, build_optimizer
 from .protocols import StepOutput
 
 
@@ -42,41 +44,6 @@ def build_net(cfg: Any) -> nn.Module:
     return hydra.utils.instantiate(cfg, _convert_="all")
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Decay matrices and embeddings (dim ≥ 2); never biases or norm gains (nanoGPT/GPT-3 convention)."""
-    decay, no_decay = [], []
-    for p in model.parameters():
-        if p.requires_grad:
-            (decay if p.dim() >= 2 else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def build_adamw(model: nn.Module, optimizer_cfg: dict, precision: Any = None) -> torch.optim.AdamW:
-    """AdamW over :func:`param_groups`, with the fused kernel where it is allowed.
-
-    Fused (one kernel over every parameter instead of ~12 tensor ops per parameter): measured 3-5x faster
-    optimizer steps on CPU (bench P1). Not under mixed precision (``16-mixed``, ``bf16-mixed``): Lightning's
-    mixed-precision plugin refuses gradient clipping with an optimizer that can unscale gradients itself, which a
-    fused AdamW declares (even for bf16, where there is no scaler); the default per-tensor AdamW is used there.
-    """
-    cfg = dict(optimizer_cfg)
-    wd = cfg.pop("weight_decay")
-    cfg["betas"] = tuple(cfg["betas"])
-    params = [p for p in model.parameters() if p.requires_grad]
-    mixed = "mixed" in str(precision) or str(precision) in ("16", "half")
-    supported = all(p.is_floating_point() and p.device.type in ("cpu", "cuda", "mps", "xpu") for p in params)
-    cfg.setdefault("fused", bool(params) and supported and not mixed)
-    return torch.optim.AdamW(param_groups(model, wd), **cfg)
-
-
-def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
-    """LR multiplier: linear warm-up from 0 to 1 over ``warmup`` steps, then cosine down to ``min_ratio``."""
-    if warmup > 0 and step < warmup:
-        return (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
 class Task(L.LightningModule):
     def __init__(
         self,
@@ -90,10 +57,11 @@ class Task(L.LightningModule):
         if not isinstance(net, nn.Module):  # a checkpoint of an earlier layout: its config in today's form
             self.hparams["net"] = net = upgrade_net_config(to_container(net))
         self.net = build_net(net)
-        self.optimizer_cfg = {"lr": 3e-4, "betas": (0.9, 0.95), "weight_decay": 0.1, "eps": 1e-8,
-                              **(to_container(optimizer) or {})}
-        self.scheduler_cfg = {"warmup_steps": 100, "min_lr_ratio": 0.1, "total_steps": None,
-                              **(to_container(scheduler) or {})}
+        # what to build (a _target_ and its arguments); bare values are AdamW's and warm-up + cosine's
+        self.optimizer_cfg = upgrade_optimizer_config(to_container(optimizer))
+        self.scheduler_cfg = upgrade_scheduler_config(to_container(scheduler))
+        check_targets(self.optimizer_cfg, "model.optimizer")  # like the net's: only conf/optim's, conf/sched's code
+        check_targets(self.scheduler_cfg, "model.scheduler")
         self.compile_net = compile
         self._compiled: nn.Module | None = None
 
@@ -140,11 +108,9 @@ class Task(L.LightningModule):
             self._pending_rng = None
 
     def configure_optimizers(self):
-        opt = build_adamw(self.net, self.optimizer_cfg, getattr(self.trainer, "precision", None))
-        s = self.scheduler_cfg
-        total = s["total_steps"] or int(self.trainer.estimated_stepping_batches)
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda step: warmup_cosine(step, s["warmup_steps"], total, s["min_lr_ratio"]))
+        opt = build_optimizer(self.net, self.optimizer_cfg, getattr(self.trainer, "precision", None))
+        total = self.scheduler_cfg.get("total_steps") or int(self.trainer.estimated_stepping_batches)
+        schedule = build_lr_schedule(opt, self.scheduler_cfg, total)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     # --- the template step -------------------------------------------------------------------------------------

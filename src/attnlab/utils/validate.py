@@ -15,8 +15,11 @@ A family's own values (the RNN's ``model.cell``, the ViT's patch size) are check
 
 The block groups (``norm``, ``ffn``, ``moe``, ``attn``, ``pos``) are checked under their own names (``moe.top_k``,
 what the user types) and only for a model built from them (:func:`~attnlab.utils.config.used_groups`); ``moe.*``
-only when the mixture is on. Which class a group option builds is Hydra's business (an unknown option is its one
-line); the numbers it is given are checked here.
+only when the mixture is on. The ``optim`` and ``sched`` groups are checked for the values they set themselves
+(``optim.momentum``); the ones they read from the model's ``model.optimizer`` / ``model.scheduler`` are checked there,
+and a command-line value there that the chosen option does not read is refused (:func:`unread_problems`). Which
+class a group option builds is Hydra's business (an unknown option is its one line); the numbers it is given are
+checked here.
 """
 
 from __future__ import annotations
@@ -218,9 +221,23 @@ RULES: list[tuple[str, Check]] = [
     ("model.optimizer.lr", learning_rate),
     ("model.optimizer.weight_decay", non_negative_number),
     ("model.optimizer.betas", adam_betas),
-    ("model.optimizer.eps", positive_number),
     ("model.scheduler.warmup_steps", non_negative_int),
     ("model.scheduler.min_lr_ratio", unit_interval),
+    # the optim / sched groups' own values (those they read from model.optimizer / model.scheduler: checked there)
+    ("optim.lr", learning_rate),
+    ("optim.weight_decay", non_negative_number),
+    ("optim.betas", adam_betas),
+    ("optim.eps", positive_number),
+    ("optim.momentum", probability),
+    ("optim.dampening", unit_interval),
+    ("optim.nesterov", boolean),
+    ("optim.ns_steps", positive_int),
+    ("optim.adjust_lr_fn", optional(one_of(("original", "match_rms_adamw")))),
+    ("optim.beta2_decay", lambda v: None if _is_number(v) and -1 <= v <= 0 else "must be a number in [-1, 0]"),
+    ("sched.warmup_steps", non_negative_int),
+    ("sched.min_lr_ratio", unit_interval),
+    ("sched.decay_fraction", unit_interval),
+    ("sched.total_steps", optional(positive_int)),
     ("model.label_smoothing", probability),
     ("model.scheduled_sampling.schedule", one_of(SCHEDULES)),
     ("model.decoding.*.beam_size", positive_int),
@@ -369,6 +386,9 @@ def _pattern(glob: str) -> re.Pattern:
     return re.compile("[^.]*".join(re.escape(part) for part in glob.split("*")) + r"\Z")
 
 
+# the optimizer and LR-schedule groups, and the model's tuned values (its conf/model file) their options read
+OPTIMIZATION_GROUPS = {"optim": "model.optimizer", "sched": "model.scheduler"}
+
 # the top-level keys of conf/train.yaml the rules read (the groups are read whole)
 TOP_KEYS = ("seed", "task_name", "experiment_name", "tags", "train", "test", "compile", "ckpt_path", "resume",
             "optimized_metric")
@@ -387,6 +407,10 @@ def _checked_values(cfg: DictConfig, resolved: dict | None = None) -> dict[str, 
         node = resolved.get(key)
         if isinstance(node, dict) and (len(node) or key not in BLOCK_GROUPS):  # moe=off is {}
             view[key] = node
+    for key in OPTIMIZATION_GROUPS:  # the values an option sets itself; what it reads from the model's is checked there
+        node = cfg.get(key)
+        if isinstance(node, DictConfig) and isinstance(resolved.get(key), dict):
+            view[key] = {k: v for k, v in resolved[key].items() if not OmegaConf.is_interpolation(node, k)}
     net = (view.get("model") or {}).get("net")
     if isinstance(net, dict):  # a copy without the interpolated groups (checked under their own names above)
         view["model"] = {**view["model"], "net": {k: v for k, v in net.items() if k not in BLOCK_GROUPS}}
@@ -497,7 +521,7 @@ def validate_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
     places the run needs (the data cache)."""
     problems = config_problems(cfg)
     if not problems:
-        problems = override_problems(cfg, overrides) + cache_problems(cfg)
+        problems = override_problems(cfg, overrides) + unread_problems(cfg, overrides) + cache_problems(cfg)
     if not problems:
         from .model_memory import memory_problem
 
@@ -579,6 +603,31 @@ def override_problems(cfg: DictConfig, overrides: Sequence[str]) -> list[str]:
             problems.append(f"{override}: {target} takes no argument {leaf!r} (its arguments: {shown})")
         elif op == "~" and leaf in required and not parent.get("_partial_"):
             problems.append(f"{override} removes {key}, which {target} needs")
+    return problems
+
+
+def unread_problems(cfg: DictConfig, overrides: Sequence[str]) -> list[str]:
+    """A command-line value of the model's tuned optimizer or schedule values (``model.optimizer.betas=...``,
+    ``+model.scheduler.total_steps=...``) that the chosen ``optim`` / ``sched`` option does not read: one line naming
+    what it reads, instead of a value silently unused (``optim=sgd`` has no betas)."""
+    if OmegaConf.is_config(overrides):
+        overrides = OmegaConf.to_container(overrides, resolve=False)
+    problems = []
+    for override in map(str, overrides):
+        key = override.lstrip("+~").split("=", 1)[0]
+        for group, values in OPTIMIZATION_GROUPS.items():
+            node = cfg.get(group)
+            if not key.startswith(values + ".") or not isinstance(node, DictConfig):
+                continue
+            written = repr(OmegaConf.to_container(node, resolve=False))
+            if "${" + key + "}" not in written:
+                reads = sorted(set(re.findall(r"\$\{(" + re.escape(values) + r"\.\w+)\}", written)))
+                leaf, value = key.rsplit(".", 1)[-1], override.split("=", 1)[-1]
+                found = _parameters(str(node.get("_target_")))
+                own = (f"give it as {'' if leaf in node else '+'}{group}.{leaf}={value}" if found and leaf in found[0]
+                       else f"its own arguments are {group}.<name>=...")
+                problems.append(f"{override}: {group}={_choices(cfg).get(group, 'this option')} does not read {key} "
+                                f"(it reads {', '.join(reads) or 'none of ' + values}); {own}")
     return problems
 
 
