@@ -65,8 +65,8 @@ def beam_search(
     ``min_len``: EOS is forbidden (log-prob -inf, as fairseq) until ``min_len`` tokens have been generated (a
     forced EOS at the limit wins).
     ``vocab_size``: ids ≥ it are masked before the softmax (the distribution is renormalized over the others).
-    ``early_stopping`` True (fairseq's default; the options' is False): a sentence is done once it has ``beam_size`` finished
-    hypotheses; then ``beam_size=1`` is greedy decoding whatever the length penalty. False: it goes on until its
+    ``early_stopping`` True (fairseq's default; the options' is False): a sentence is done once it has
+    ``beam_size`` finished hypotheses; then ``beam_size=1`` is greedy decoding whatever the length penalty. False: it goes on until its
     best live hypothesis, even at its most favourable future length, cannot beat its ``beam_size``-th best finished.
     ``expand_prefix``: prefill the B·beam expanded prefix instead of prefilling B rows then ``reorder`` (same result).
     """
@@ -81,7 +81,8 @@ def beam_search(
         logits = stepper.prefill(prefix).repeat_interleave(k, dim=0)
         stepper.reorder(torch.arange(B, device=dev).repeat_interleave(k))
     force = options.force_eos_at_max_len and eos_id is not None
-    last = [n_max + force - 1 for n_max in limit]  # each sentence's last step: with force, the EOS-only step after L tokens
+    # each sentence's last step: with force, the EOS-only step after L tokens
+    last = [n_max + force - 1 for n_max in limit]
     sums = torch.full((B, k), float("-inf"), device=dev)
     sums[:, 0] = 0.0  # the beams start identical: only the first may expand, or the beam fills with copies
     hyps = prefix.new_empty(B * k, 0)  # (n·k, t) tokens generated so far by each live row
