@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from attnlab.decoding import CausalLMStepper, beam_search
+from attnlab.decoding import CausalLMStepper, DecodingOptions, beam_search
 
 from .common import Table, alternate, median, spread
 from .models import ISSUE_SHAPE, ours
@@ -54,6 +54,7 @@ def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
                    "same best hypothesis"])
     lm, mt = ours(ISSUE_SHAPE).eval(), _mt()
     cases = []
+    options = DecodingOptions(beam_size=BEAM, max_new_tokens=length, early_stopping=True)
     for batch in (1, 4):
         g = torch.Generator().manual_seed(batch)
         if mt is not None:
@@ -61,12 +62,10 @@ def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
             mask = torch.ones_like(src, dtype=torch.bool)
             bos = torch.full((batch, 1), BOS)
             cases.append((f"transformer_mt (src {SRC} tokens)", batch, mt,
-                          lambda c, s=src, m=mask, b=bos: beam_search(mt.stepper(s, m, c), b, beam_size=BEAM,
-                                                                      max_new_tokens=length)))
+                          lambda c, s=src, m=mask, b=bos: beam_search(mt.stepper(s, m, c), b, options)))
         ids = torch.randint(0, ISSUE_SHAPE.vocab, (batch, PROMPT), generator=g)
         cases.append((f"causal LM (prompt {PROMPT} tokens)", batch, lm,
-                      lambda c, i=ids: beam_search(CausalLMStepper(lm, c), i, beam_size=BEAM,
-                                                   max_new_tokens=length)))
+                      lambda c, i=ids: beam_search(CausalLMStepper(lm, c), i, options)))
     floors = []
     for name, batch, model, search in cases:
         sides = {"cache": lambda: search(True), "recompute": lambda: search(False)}

@@ -9,6 +9,7 @@ import math
 import pytest
 from helpers import compose_train, run_cli
 
+from attnlab.decoding import DecodingOptions
 from attnlab.models.seq2seq_rnn import Seq2SeqRNN
 from attnlab.train import build_model, run
 from attnlab.translate import translate_lines
@@ -59,7 +60,7 @@ def test_shortcuts_scheduled_sampling_checkpoint_and_translate(tmp_path, cache_d
     loaded = TranslationTask.load_from_checkpoint(tmp_path / "checkpoints" / "last.ckpt", weights_only=True).eval()
     assert (loaded.net.cell, loaded.net.attention, loaded.net.copy) == ("lstm", "luong_general", True)
     # the translate entry point's function decodes with the RNN's stepper (beam 3, 2-best)
-    out = translate_lines(loaded, ["twenty-one", "three hundred and five"], beam_size=3, n_best=2)
+    out = translate_lines(loaded, ["twenty-one", "three hundred and five"], DecodingOptions(beam_size=3, n_best=2))
     assert len(out) == 2 and all(len(hyps) == 2 for hyps in out)
 
 

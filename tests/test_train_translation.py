@@ -14,6 +14,7 @@ import torch
 from helpers import compose_train
 
 from attnlab.checkpoints import load_task
+from attnlab.decoding import DecodingOptions
 from attnlab.paths import ROOT
 from attnlab.tasks.translation import TranslationTask
 from attnlab.train import run
@@ -117,6 +118,6 @@ def test_beam_five_finds_translations_at_least_as_likely_as_greedy(trained, cach
     task, _ = load_task(trained[0] / "checkpoints" / "last.ckpt", TranslationTask, "translation")
     src, mask = encode_sources(task, ["seven", "twenty-one", "three hundred and four", "nine thousand and twelve",
                               "sixty-six", "one thousand one hundred", "forty", "eight hundred and eighty-eight"])
-    greedy = task.translate_batch(src, mask, beam_size=1, length_penalty=0.0).logprobs[:, 0]
-    beam = task.translate_batch(src, mask, beam_size=5, length_penalty=0.0).logprobs[:, 0]
+    greedy = task.translate_batch(src, mask, DecodingOptions(length_penalty=0.0)).logprobs[:, 0]
+    beam = task.translate_batch(src, mask, DecodingOptions(beam_size=5, length_penalty=0.0)).logprobs[:, 0]
     assert beam.mean() >= greedy.mean() - 1e-5

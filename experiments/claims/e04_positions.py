@@ -15,6 +15,7 @@ import torch
 
 from attnlab.analysis.equivariance import equivariance_error, shuffle_rows
 from attnlab.analysis.translation_eval import decode, test_batches
+from attnlab.decoding import DecodingOptions
 from attnlab.translate import translate_lines
 
 from .base import QUICK_MT, Claim, Context, Result, fmt, verdict
@@ -50,7 +51,7 @@ def analyze(ctx: Context) -> Result:
                      "equivariance error (max)": float(f"{err_max:.3g}"),
                      "equivariance error (median)": float(f"{err_median:.3g}"),
                      "translation unchanged by shuffling": fmt(unchanged)})
-        examples[pos] = translate_lines(task, list(PAIR), beam_size=1)
+        examples[pos] = translate_lines(task, list(PAIR), DecodingOptions(beam_size=1))
 
     fig, (ax_q, ax_e) = figure(ncols=2)
     labels = [r["positions"] for r in rows]

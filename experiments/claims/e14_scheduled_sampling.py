@@ -16,6 +16,7 @@ and the single-run margins GAIN and SHRINK apply.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from statistics import mean
 
@@ -58,7 +59,7 @@ def error_rates(job: Job) -> dict[str, float]:
       a sentence is all right under teacher forcing exactly when greedy decoding reproduces it.)
     """
     task, dm = load_run(job)
-    decoding = {**task.decoding["test"], "beam_size": 1, "n_best": 1}
+    greedy = dataclasses.replace(task.decoding["test"], beam_size=1, n_best=1)
     tf_errors = fr_errors = tokens = 0
     for batch in dm.test_dataloader():
         ref = batch["tgt_out"]
@@ -66,7 +67,7 @@ def error_rates(job: Job) -> dict[str, float]:
         pred = task.net(batch["src"], batch["src_mask"], batch["tgt_in"]).argmax(dim=-1)
         tf_errors += int(((pred != ref) & real).sum())
         tokens += int(real.sum())
-        for b, hyp in enumerate(task.translate_batch(batch["src"], batch["src_mask"], **decoding).best):
+        for b, hyp in enumerate(task.translate_batch(batch["src"], batch["src_mask"], greedy).best):
             hyp = hyp.tolist()
             hyp = hyp[: hyp.index(EOS_ID) + 1] if EOS_ID in hyp else hyp
             fr_errors += edit_distance(hyp, ref[b][real[b]].tolist())

@@ -114,7 +114,8 @@ KEY_RENAMES: dict[str, list[tuple[str, str]]] = {
                       (r"out_proj\.", "head.")],
     "VisionTransformer": [(r"blocks\.", "encoder.layers."), (r"final_norm\.", "encoder.final_norm."),
                           (r"pos_embed$", "positions.table")],
-    "SequenceClassifier": [(r"encoder\.blocks\.", "encoder.layers.")],
+    # the classifier's positions moved from its attention encoder to the token-transformer body
+    "SequenceClassifier": [(r"encoder\.blocks\.", "encoder.layers."), (r"encoder\.positions\.", "positions.")],
     "TransformerTTS": [(r"enc_blocks\.", "encoder.layers."), (r"enc_norm\.", "encoder.final_norm."),
                        (r"dec_blocks\.", "decoder.layers."), (r"dec_norm\.", "decoder.final_norm."),
                        (r"mel_proj\.", "mel_head."), (r"stop_proj\.", "stop_head.")],

@@ -4,9 +4,10 @@ file of another model family with one line.
 A ``.ckpt`` is a pickle: read with ``weights_only=False``, a file whose unpickling calls ``os.system`` runs its
 command the moment it is loaded, before any check of what it holds. Every path that reads a checkpoint (the
 ``generate``/``translate``/``synthesize`` entry points, ``train.py`` test/``ckpt_path``/``resume``, the claims, the
-notebooks) therefore goes through :func:`read_checkpoint` or :func:`verified` here, which load with
+notebooks) therefore goes through :func:`read_checkpoint` or :func:`checked_contents` here, which load with
 ``weights_only=True``: PyTorch's restricted unpickler accepts tensors and plain containers only and refuses any
-other global *before* calling it.
+other global *before* calling it. Each reads the file once: an entry point's :func:`load_task` builds the task
+from the dict it read; train.py's checks of ``ckpt_path=`` / ``resume=`` share one read (:func:`checked_contents`).
 
 What train.py writes is plain already: the task's hyper-parameters are plain dicts (``train.build_model`` converts
 the config), the tokenizer is a JSON string, the random state is tensors and tuples, callback and data-module states
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -62,8 +64,8 @@ class UnsafeCheckpointError(CheckpointError):
     """A checkpoint whose unpickling would build something other than tensors and plain containers (run code)."""
 
 
-def _load(path: Path, map_location: Any, mmap: bool = False) -> Any:
-    return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+def _load(path: Path, map_location: Any) -> Any:
+    return torch.load(path, map_location=map_location, weights_only=True)
 
 
 def _refusal(path: Path, error: Exception) -> CheckpointError:
@@ -99,17 +101,69 @@ def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
     return ckpt
 
 
-def _read_mapped(path: Path) -> Any:
-    """The file loaded with ``weights_only=True``, memory-mapped where the file allows it (checking a large
-    checkpoint reads little of it); a legacy (non-zip) torch file is read whole."""
+# train.py's checks of the checkpoint it continues from (its archive, its family, its sizes, its tokenizer) run in
+# the run-folder callback, the job and the run: they share one read of the file, kept while the file is unchanged
+# (same inode, size and mtime) until :func:`release` (before training starts). Lightning's restore reads it again.
+_last_read: tuple[tuple, tuple[str | None, Any]] | None = None
+
+
+def _archive_damage(f) -> str | None:
+    """Why the zip archive of a torch checkpoint is damaged (its directory, every member's CRC), or None."""
     try:
-        return _load(path, "cpu", mmap=True)
-    except RuntimeError as e:
-        if "mmap" not in str(e):
-            raise _refusal(path, e) from None
-        return read_checkpoint(path)
-    except Exception as e:
-        raise _refusal(path, e) from None
+        with zipfile.ZipFile(f) as archive:
+            bad = archive.testzip()
+        return None if bad is None else f"member {bad} fails its CRC check"
+    except zipfile.BadZipFile as e:
+        return f"not a complete checkpoint archive: {e}; truncated?"
+    except (OSError, EOFError) as e:
+        return str(e)
+
+
+def _read_once(path: Path) -> tuple[str | None, Any]:
+    """(archive damage or None, the contents or the exception loading them raised): one open of the file, the
+    integrity check and ``torch.load(weights_only=True)`` on the same handle; again only if the file changed."""
+    global _last_read
+    st = path.stat()
+    key = (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if _last_read is not None and _last_read[0] == key:
+        return _last_read[1]
+    with open(path, "rb") as f:
+        damage = _archive_damage(f)
+        f.seek(0)
+        try:
+            contents: Any = torch.load(f, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - named by _refusal where the contents are needed
+            contents = e
+    _last_read = (key, (damage, contents))
+    return _last_read[1]
+
+
+def release() -> None:
+    """Drop the shared read (train.py: before training, so its tensors do not stay in memory)."""
+    global _last_read
+    _last_read = None
+
+
+def archive_damage(path: str | Path) -> str | None:
+    """Why a checkpoint file is damaged (truncated, a member failing its CRC), or None: from the shared read."""
+    try:
+        return _read_once(Path(path))[0]
+    except OSError as e:
+        return str(e)
+
+
+def checked_contents(path: str | Path) -> dict:
+    """What ``train.py ckpt_path=`` / ``resume=`` checks: the file's contents from the shared read
+    (``weights_only=True``), a dict, or a one-line :class:`CheckpointError`."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path.resolve()}")
+    contents = _read_once(path)[1]
+    if isinstance(contents, Exception):
+        raise _refusal(path, contents)
+    if not isinstance(contents, dict):
+        raise CheckpointError(f"{path} is not a checkpoint written by attnlab's train.py")
+    return contents
 
 
 def verified(ckpt_path: str | Path | None) -> str | Path | None:
@@ -118,10 +172,7 @@ def verified(ckpt_path: str | Path | None) -> str | Path | None:
     traceback."""
     if ckpt_path is None or str(ckpt_path) in LIGHTNING_CKPT_NAMES or "://" in str(ckpt_path):
         return ckpt_path
-    path = Path(ckpt_path).expanduser()
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path.resolve()}")
-    _read_mapped(path)
+    checked_contents(ckpt_path)
     return ckpt_path
 
 
@@ -210,7 +261,12 @@ def build_task(task_cls: type, ckpt: dict, path: str | Path, device: str = "cpu"
         raise CheckpointError(f"{path}: cannot build {task_cls.__name__} from its hyper_parameters (damaged?): "
                               f"{one_line_message(e)}") from None
     task._checkpoint_path = path  # named by on_load_checkpoint's refusals
-    task.on_load_checkpoint(ckpt)  # renames an earlier layout's keys, then checks the weights fit (check_fits)
+    try:  # renames an earlier layout's keys, checks the weights fit (check_fits), restores the tokenizer
+        task.on_load_checkpoint(ckpt)
+    except ValueError as e:
+        if find_user_error(e) is not None:
+            raise
+        raise CheckpointError(f"{path}: {one_line_message(e)}") from None
     task.load_state_dict(ckpt["state_dict"], strict=True)
     return task.to(device)
 
@@ -238,16 +294,11 @@ def load_task(path: str | Path, expected: type | str, what: str, device: str = "
 
 
 def check_tokenizer(text: Any, path: str | Path, key: str = "tokenizer") -> None:
-    """A checkpoint's tokenizer (the JSON text train.py stores) must be there and parse; one line otherwise."""
+    """A checkpoint's tokenizer (the JSON text train.py stores) must be there; one line otherwise. It is read back
+    once, by the task (:func:`attnlab.tasks.base.saved_tokenizer`)."""
     if not isinstance(text, str) or not text:
         raise CheckpointError(f"{path} has no {key} (the model's vocabulary; damaged, or saved without its data "
                               f"module): its output could not be decoded")
-    from .data.tokenizer import BPETokenizer
-
-    try:
-        BPETokenizer.from_str(text)
-    except Exception as e:  # noqa: BLE001 - the tokenizers library raises a bare Exception
-        raise CheckpointError(f"{path}: its {key} cannot be read (damaged): {one_line_message(e)}") from None
 
 
 def check_for_model(path: str | Path, model_cfg: Any) -> None:
@@ -258,10 +309,7 @@ def check_for_model(path: str | Path, model_cfg: Any) -> None:
     if path is None or str(path) in LIGHTNING_CKPT_NAMES or "://" in str(path):
         return
     path = Path(str(path)).expanduser()
-    verified(path)
-    ckpt = _read_mapped(path)
-    if not isinstance(ckpt, dict):
-        raise CheckpointError(f"{path} is not a checkpoint written by attnlab's train.py")
+    ckpt = checked_contents(path)
     name = ckpt.get("task_class")
     if not isinstance(name, str):
         raise CheckpointError(f"{path} names no task_class: not a checkpoint written by attnlab's train.py")
@@ -282,10 +330,11 @@ def check_file_fits(model: torch.nn.Module, path: str | Path | None) -> None:
         return
     from .checkpoint_upgrade import upgrade_state_dict
 
-    ckpt = _read_mapped(Path(str(path)).expanduser())
-    state = ckpt.get("state_dict") if isinstance(ckpt, dict) else None
-    if isinstance(state, dict):
+    ckpt = checked_contents(path)
+    state = ckpt.get("state_dict")
+    if isinstance(state, dict):  # renamed in a copy: the shared read stays as the file holds it
         net = (ckpt.get("hyper_parameters") or {}).get("net")
+        state = dict(state)
         upgrade_state_dict(state, net.get("_target_") if isinstance(net, dict) else None)
     check_fits(model, state, path)
 

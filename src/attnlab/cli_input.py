@@ -13,12 +13,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from .errors import UserError
+from .errors import OptionError, UserError
 
-
-class OptionError(UserError, ValueError):
-    """A command-line option with a value the entry point cannot use; the message names key, value and what is
-    allowed."""
 
 
 class InputError(UserError, ValueError):

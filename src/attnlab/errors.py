@@ -24,6 +24,11 @@ class UserError(Exception):
     exit_code = 2
 
 
+class OptionError(UserError, ValueError):
+    """An option with a value the code cannot use (a CLI's, or a decoding option); the message names key, value and
+    what is allowed: ``key=value is not allowed: <what is>``."""
+
+
 class NonFiniteLossError(RuntimeError):
     """The training loss or gradient norm was not finite (more often than ``max_skips`` allows), or an optimizer
     step made the parameters non-finite. train.py prints its one line and exits with 1 (the run failed; not a bad

@@ -17,8 +17,9 @@ from omegaconf import DictConfig
 
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 from .checkpoints import load_task as load_checkpoint
-from .cli_input import DEVICE_HELP, OptionError, check, is_device, is_int, is_number, is_seed
+from .cli_input import DEVICE_HELP, OptionError, check, is_device, is_int, is_seed
 from .data.tokenizer import BPETokenizer
+from .decoding.options import DecodingOptions
 from .errors import one_line_errors
 from .hydra_errors import one_line_hydra_errors
 from .paths import CONF_DIR
@@ -28,20 +29,18 @@ log = logging.getLogger(__name__)
 
 def load_task(ckpt_path: str | Path, device: str = "cpu"):
     """(task, tokenizer) from a language-model checkpoint written by train.py; one-line errors for a wrong file."""
-    task, ckpt = load_checkpoint(ckpt_path, "attnlab.tasks.causal_lm.CausalLMTask", "language-model", device)
-    return task, BPETokenizer.from_str(ckpt["tokenizer"])
+    task, _ = load_checkpoint(ckpt_path, "attnlab.tasks.causal_lm.CausalLMTask", "language-model", device)
+    return task, task.tokenizer
 
 
-def sample_texts(task, tokenizer: BPETokenizer, prompt: str, *, num_samples: int, max_new_tokens: int,
-                 temperature: float, top_k: int | None, top_p: float | None, use_cache: bool = True,
-                 seed: int = 0) -> list[str]:
-    """``top_k`` None or 0 and ``top_p`` None or 1: no such filter."""
+def sample_texts(task, tokenizer: BPETokenizer, prompt: str, options: DecodingOptions, *, num_samples: int,
+                 use_cache: bool = True, seed: int = 0) -> list[str]:
+    """``num_samples`` continuations of ``prompt``, sampled as ``options`` say (``max_new_tokens``, ``temperature``,
+    ``top_k``, ``top_p``)."""
     ids = tokenizer.encode(prompt) or [tokenizer.eos_id]
     prefix = torch.tensor([ids] * num_samples, device=task.device)
     gen = torch.Generator(device=task.device).manual_seed(seed)
-    out = task.sample(prefix, max_new_tokens, use_cache=use_cache, temperature=temperature,
-                      top_k=top_k or None, top_p=None if top_p is None or top_p >= 1 else top_p, generator=gen,
-                      vocab_size=tokenizer.vocab_size)
+    out = task.sample(prefix, options, use_cache=use_cache, generator=gen, vocab_size=tokenizer.vocab_size)
     return [tokenizer.decode(row.tolist()) for row in out]
 
 
@@ -57,22 +56,17 @@ def checkpoint_option(cfg: DictConfig) -> str:
                      "the path of a language-model checkpoint (ckpt=<run>/checkpoints/last.ckpt)"))
 
 
-def check_options(cfg: DictConfig) -> None:
-    """Every sampling option, before the checkpoint is read: one line naming the first bad one."""
+def check_options(cfg: DictConfig) -> DecodingOptions:
+    """Every sampling option, before the checkpoint is read: one line naming the first bad one. The decoding
+    options (max_new_tokens, temperature, top_k, top_p) check themselves."""
     check(cfg, "prompt", lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool),
           "text (quote it: prompt='\"The for statement\"')")
     check(cfg, "num_samples", lambda v: is_int(v) and v >= 1, "an integer >= 1")
-    check(cfg, "max_new_tokens", lambda v: is_int(v) and v >= 1, "an integer >= 1")
-    # logits / temperature overflows float32 below ~1e-30 (NaN probabilities); 1e-6 already samples the argmax
-    check(cfg, "temperature", lambda v: is_number(v) and (v == 0 or 1e-6 <= v <= 1e6),
-          "0 (greedy) or a number from 1e-6 to 1e6")
-    check(cfg, "top_k", lambda v: v is None or (is_int(v) and v >= 0),
-          "an integer >= 1, or 0 / null for no top-k filter")
-    check(cfg, "top_p", lambda v: v is None or (is_number(v) and 0 < v <= 1),
-          "a number in (0, 1], or 1 / null for no nucleus filter")
+    options = DecodingOptions.from_config(cfg)
     check(cfg, "use_cache", lambda v: isinstance(v, bool), "true or false")
     check(cfg, "seed", is_seed, "an integer from -2**63 to 2**64 - 1")
     check(cfg, "device", is_device, DEVICE_HELP)
+    return options
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="generate")
@@ -81,11 +75,10 @@ def _main(cfg: DictConfig) -> None:
     _job_started = True
     with one_line_errors(log):
         ckpt = checkpoint_option(cfg)
-        check_options(cfg)
+        options = check_options(cfg)
         task, tokenizer = load_task(ckpt, cfg.device)
-        texts = sample_texts(task, tokenizer, str(cfg.prompt), num_samples=cfg.num_samples,
-                             max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
-                             top_p=cfg.top_p, use_cache=cfg.use_cache, seed=cfg.seed)
+        texts = sample_texts(task, tokenizer, str(cfg.prompt), options, num_samples=cfg.num_samples,
+                             use_cache=cfg.use_cache, seed=cfg.seed)
         out = Path(HydraConfig.get().runtime.output_dir) / "samples.txt"
         sep = "\n" + "-" * 80 + "\n"
         out.write_text(sep.join(texts) + "\n")

@@ -20,7 +20,6 @@ tokenizer itself with the one saved in the checkpoint (a text file edited betwee
 from __future__ import annotations
 
 import logging
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -137,11 +136,11 @@ def check_tokenizer(ckpt_path: str | Path, datamodule: Any) -> None:
     tok = getattr(datamodule, "tokenizer", None)
     if tok is None or not hasattr(tok, "to_str"):
         return
-    import torch
+    from .checkpoints import checked_contents  # the read the other checks of this checkpoint share
 
     try:
-        saved = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True).get("tokenizer")
-    except Exception:  # noqa: BLE001 - unreadable here: the checkpoint loader names the problem
+        saved = checked_contents(ckpt_path).get("tokenizer")
+    except UserError:  # unreadable here: the checkpoint loader names the problem
         return
     if saved is not None and saved != tok.to_str():
         raise ResumeError(f"resume: the tokenizer these data give is not the one saved in {ckpt_path} (its ids "
@@ -233,30 +232,21 @@ def last_checkpoint(run_dir: str | Path, resume) -> Path:
 
 def check_intact(path: str | Path, option: str = "resume") -> None:
     """Refuse a truncated or corrupted checkpoint in one line, naming an intact one next to it (the damaged file
-    is left as it is). A torch checkpoint is a zip archive: its directory and every member's CRC are checked (one
-    read of the file, nothing unpickled)."""
+    is left as it is). A torch checkpoint is a zip archive: its directory and every member's CRC are checked, in the
+    read the other checks of this checkpoint share (:func:`attnlab.checkpoints.archive_damage`)."""
+    from .checkpoints import archive_damage
+
     path = Path(path)
-    reason = _damage(path)
+    reason = archive_damage(path)
     if reason is None:
         return
     intact = [p for p in sorted(path.parent.glob("*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
-              if p != path and _damage(p) is None]
+              if p != path and archive_damage(p) is None]
     epochs = [p for p in intact if p.name.startswith("epoch_")]
     use = (epochs or intact or [None])[0]
     hint = (f"continue from the intact {use.name} with {shell_override(option, use)}" if use is not None
             else "no intact checkpoint next to it: start the run anew")
     raise DamagedCheckpointError(f"checkpoint {path} is damaged ({reason}); it is left as it is; {hint}")
-
-
-def _damage(path: Path) -> str | None:
-    try:
-        with zipfile.ZipFile(path) as archive:
-            bad = archive.testzip()
-        return None if bad is None else f"member {bad} fails its CRC check"
-    except zipfile.BadZipFile as e:
-        return f"not a complete checkpoint archive: {e}; truncated?"
-    except (OSError, EOFError) as e:
-        return str(e)
 
 
 # ----------------------------------------------------------------------------------------------------------------

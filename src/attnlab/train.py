@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from . import ddp, resume, run_folder
 from .allowed_targets import check_targets
-from .checkpoints import check_file_fits, check_for_model, verified  # weights_only=True, refusals are one line
+from .checkpoints import check_file_fits, check_for_model, release, verified  # weights_only=True, refusals are one line
 from .errors import CheckpointWriteError, NonFiniteLossError, find_user_error, one_line_message
 from .paths import CONF_DIR
 from .utils.hardware import slow_bf16_warning
@@ -167,7 +167,9 @@ def run(cfg: DictConfig) -> dict[str, float]:
 
 def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, model, datamodule, metrics: dict) -> None:
     if cfg.get("train"):
-        trainer.fit(model, datamodule=datamodule, ckpt_path=verified(cfg.get("ckpt_path")), weights_only=True)
+        ckpt_path = verified(cfg.get("ckpt_path"))  # from the read every check of it shared
+        release()  # that read's tensors: Lightning reads the file itself
+        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
         from .callbacks.exact_resume import restored_metrics
 
         # a part resumed after (or near) the end of training logged little or nothing itself
@@ -183,7 +185,9 @@ def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, model, datamodule, metric
         # After training: the best checkpoint (the last weights if none was kept). Test only: ckpt_path.
         best = getattr(trainer.checkpoint_callback, "best_model_path", "") if cfg.get("train") else ""
         ckpt = best or (None if cfg.get("train") else cfg.get("ckpt_path"))
-        trainer.test(model, datamodule=datamodule, ckpt_path=verified(ckpt), weights_only=True)
+        ckpt = verified(ckpt)
+        release()
+        trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
 
 

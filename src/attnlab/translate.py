@@ -24,8 +24,9 @@ from omegaconf import DictConfig
 
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 from .checkpoints import CheckpointError, load_task
-from .cli_input import (DEVICE_HELP, InputError, OptionError, check, check_output, is_device, is_int, is_number,
-                        read_lines, write_output)
+from .cli_input import (DEVICE_HELP, InputError, OptionError, check, check_output, is_device, is_int, read_lines,
+                        write_output)
+from .decoding.options import DecodingOptions
 from .errors import UserError, one_line_errors
 from .hydra_errors import one_line_hydra_errors
 from .paths import CONF_DIR
@@ -70,10 +71,9 @@ def _batch(task, token_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor
     return batch["src"].to(task.device), batch["src_mask"].to(task.device)
 
 
-def translate_all(task, lines: list[str], *, beam_size: int = 5, n_best: int = 1, length_penalty: float = 1.0,
-                  max_len_a: float = 2.0, max_len_b: int = 10, batch_size: int = 32,
-                  on_too_long: str = "skip", force_eos_at_max_len: bool = True) -> Translations:
-    """Translate every line the model can read; what happens to a longer one is ``on_too_long``."""
+def translate_all(task, lines: list[str], options: DecodingOptions, *, batch_size: int = 32,
+                  on_too_long: str = "skip") -> Translations:
+    """Translate every line the model can read with ``options``; what happens to a longer one is ``on_too_long``."""
     from .tasks.translation import decode_text
 
     if on_too_long not in ON_TOO_LONG:
@@ -97,41 +97,34 @@ def translate_all(task, lines: list[str], *, beam_size: int = 5, n_best: int = 1
     for start in range(0, len(todo), batch_size):
         chunk = todo[start : start + batch_size]
         src, mask = _batch(task, [ids[i] for i in chunk])
-        res = task.translate_batch(src, mask, beam_size=beam_size, n_best=n_best, length_penalty=length_penalty,
-                                   max_len_a=max_len_a, max_len_b=max_len_b,
-                                   force_eos_at_max_len=force_eos_at_max_len)
+        res = task.translate_batch(src, mask, options)
         for b, i in enumerate(chunk):
             out.hyps[i] = [(decode_text(task.tokenizer, t), float(res.scores[b, r]))
                            for r, t in enumerate(res.tokens[b])]
     return out
 
 
-def translate_lines(task, lines: list[str], *, beam_size: int = 5, n_best: int = 1, length_penalty: float = 1.0,
-                    max_len_a: float = 2.0, max_len_b: int = 10, batch_size: int = 32,
-                    force_eos_at_max_len: bool = True) -> list[list[tuple[str, float]]]:
+def translate_lines(task, lines: list[str], options: DecodingOptions | None = None, *,
+                    batch_size: int = 32) -> list[list[tuple[str, float]]]:
     """For each line, its ``n_best`` translations with their length-penalized scores, best first (a line longer
-    than the model reads is an error here: callers in code pass lines they control)."""
-    return translate_all(task, lines, beam_size=beam_size, n_best=n_best, length_penalty=length_penalty,
-                         max_len_a=max_len_a, max_len_b=max_len_b, batch_size=batch_size, on_too_long="error",
-                         force_eos_at_max_len=force_eos_at_max_len).hyps
+    than the model reads is an error here: callers in code pass lines they control). ``options``: translate.yaml's
+    defaults (beam 5) if None."""
+    options = options or DecodingOptions(beam_size=5)
+    return translate_all(task, lines, options, batch_size=batch_size, on_too_long="error").hyps
 
 
-def check_options(cfg: DictConfig) -> None:
-    """Every option's value, before the checkpoint is read: one line naming the first bad one."""
+def check_options(cfg: DictConfig) -> DecodingOptions:
+    """Every option's value, before the checkpoint is read: one line naming the first bad one. The decoding
+    options (beam_size, n_best, length_penalty, max_len_a/b, force_eos_at_max_len) check themselves."""
     check(cfg, "ckpt", lambda v: isinstance(v, str) and v,
           "the path of a checkpoint (ckpt=<run>/checkpoints/last.ckpt)")
-    beam = check(cfg, "beam_size", lambda v: is_int(v) and v >= 1, "an integer >= 1 (1 = greedy)")
-    check(cfg, "n_best", lambda v: is_int(v) and 1 <= v <= beam, f"an integer from 1 to beam_size ({beam})")
+    options = DecodingOptions.from_config(cfg)
     check(cfg, "batch_size", lambda v: is_int(v) and v >= 1, "an integer >= 1")
-    check(cfg, "length_penalty", is_number, "a number (0: plain sum of log-probabilities)")
-    check(cfg, "max_len_a", lambda v: is_number(v) and v >= 0, "a number >= 0")
-    check(cfg, "max_len_b", lambda v: is_int(v) and v >= 0, "an integer >= 0")
-    check(cfg, "force_eos_at_max_len", lambda v: isinstance(v, bool), "true (fairseq: EOS forced and scored at the "
-          "length limit) or false (a hypothesis at the limit ends there without EOS)")
     check(cfg, "on_too_long", lambda v: v in ON_TOO_LONG, "skip (empty output line, exit 3), truncate or error")
     check(cfg, "input_errors", lambda v: v in ("strict", "replace"), "strict or replace")
     check_output("output", cfg.get("output"))
     check(cfg, "device", is_device, DEVICE_HELP)
+    return options
 
 
 def format_translations(result: Translations, n_best: int) -> str:
@@ -158,7 +151,7 @@ _job_started = False  # Hydra's errors before the job (a bad override) are one l
 
 
 def _translate(cfg: DictConfig) -> None:
-    check_options(cfg)
+    options = check_options(cfg)
     # the input before the model: a bad input is reported without waiting for the model to load (seconds, most of
     # it importing Lightning); a missing checkpoint before waiting on stdin
     if not Path(cfg.ckpt).expanduser().is_file():
@@ -168,10 +161,7 @@ def _translate(cfg: DictConfig) -> None:
     if not any(lines):
         raise InputError(f"no input sentences in {name} (give input=<file> or pipe text into stdin)")
     task, _ = load_task(cfg.ckpt, "attnlab.tasks.translation.TranslationTask", "translation", cfg.device)
-    result = translate_all(task, lines, beam_size=cfg.beam_size, n_best=cfg.n_best,
-                           length_penalty=cfg.length_penalty, max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b,
-                           batch_size=cfg.batch_size, on_too_long=cfg.on_too_long,
-                           force_eos_at_max_len=cfg.force_eos_at_max_len)
+    result = translate_all(task, lines, options, batch_size=cfg.batch_size, on_too_long=cfg.on_too_long)
     text = format_translations(result, cfg.n_best)
     if cfg.output:
         write_output("output", Path(cfg.output).expanduser(), lambda p: p.write_text(text, encoding="utf-8"))

@@ -11,8 +11,18 @@ import pytest
 import torch
 from torch import Tensor
 
-from attnlab.decoding import BeamResult, CausalLMStepper, beam_search, generate, greedy_search
+from attnlab.decoding import BeamResult, CausalLMStepper, DecodingOptions, beam_search, generate, greedy_search
 from attnlab.models.causal_lm import CausalLM
+
+
+def search(stepper, prefix: Tensor, *, src_lengths=None, eos_id: int | None = None, vocab_size: int | None = None,
+           expand_prefix: bool = False, early_stopping: bool = True, **options) -> BeamResult:
+    """:func:`beam_search` with its :class:`DecodingOptions` spelled out (fairseq's early stopping unless told);
+    ``src_lengths``: what the max_len_a/b limits are taken from (default: the prefix length)."""
+    opts = DecodingOptions(early_stopping=early_stopping, **options)
+    limits = opts.limits(src_lengths) if src_lengths is not None else None
+    return beam_search(stepper, prefix, opts, limits=limits, eos_id=eos_id, vocab_size=vocab_size,
+                       expand_prefix=expand_prefix)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -103,11 +113,11 @@ def check_well_formed(res: BeamResult, eos_id: int | None, length_penalty: float
 # --------------------------------------------------------------------------------------------------------------
 def test_beam_escapes_the_greedy_trap():
     prefix = torch.tensor([[START]])  # x never precedes EOS here: the hypotheses stop at the limit as they are
-    greedy = beam_search(TableStepper(trap_table()), prefix, beam_size=1, max_new_tokens=2, eos_id=EOS,
+    greedy = search(TableStepper(trap_table()), prefix, beam_size=1, max_new_tokens=2, eos_id=EOS,
                          length_penalty=0.0, force_eos_at_max_len=False)
     assert greedy.best[0].tolist() == [1, 1]
     assert greedy.logprobs[0, 0] == pytest.approx(math.log(0.5 * 0.34))
-    beam = beam_search(TableStepper(trap_table()), prefix, beam_size=2, max_new_tokens=2, eos_id=EOS,
+    beam = search(TableStepper(trap_table()), prefix, beam_size=2, max_new_tokens=2, eos_id=EOS,
                        length_penalty=0.0, n_best=2, force_eos_at_max_len=False)
     assert [h.tolist() for h in beam.tokens[0]] == [[2, EOS], [1, 1]]
     assert beam.logprobs[0].tolist() == pytest.approx([math.log(0.36), math.log(0.17)])
@@ -115,7 +125,7 @@ def test_beam_escapes_the_greedy_trap():
 
 
 def test_scores_are_fairseq_length_normalized():
-    res = beam_search(TableStepper(trap_table()), torch.tensor([[START]]), beam_size=3, max_new_tokens=3,
+    res = search(TableStepper(trap_table()), torch.tensor([[START]]), beam_size=3, max_new_tokens=3,
                       eos_id=EOS, length_penalty=1.0, n_best=3)
     check_well_formed(res, EOS, 1.0)
     best = res.best[0].tolist()
@@ -126,7 +136,7 @@ def test_scores_are_fairseq_length_normalized():
 def test_finished_sentences_leave_the_batch_and_no_step_is_wasted(force):
     # row 0 starts at y (EOS 0.9, so done after one step with beam 1), row 1 at z (z again 0.9: runs to max)
     stepper = TableStepper(trap_table())
-    res = beam_search(stepper, torch.tensor([[2], [3]]), beam_size=1, max_new_tokens=4, eos_id=EOS,
+    res = search(stepper, torch.tensor([[2], [3]]), beam_size=1, max_new_tokens=4, eos_id=EOS,
                       force_eos_at_max_len=force)
     assert [h.tolist() for h in res.best] == [[EOS], [3, 3, 3, 3] + [EOS] * force]
     assert res.logprobs[1, 0] == pytest.approx(4 * math.log(0.9) + force * math.log(0.1))
@@ -138,7 +148,7 @@ def test_finished_sentences_leave_the_batch_and_no_step_is_wasted(force):
 def test_min_len_forbids_early_eos():
     table = trap_table()
     for min_len in (0, 1, 2, 3):
-        res = beam_search(TableStepper(table), torch.tensor([[2], [START]]), beam_size=3, max_new_tokens=6,
+        res = search(TableStepper(table), torch.tensor([[2], [START]]), beam_size=3, max_new_tokens=6,
                           eos_id=EOS, min_len=min_len, n_best=3)
         for hyps in res.tokens:
             for h in hyps:
@@ -156,29 +166,27 @@ def test_max_len_a_b_and_src_lengths(force):
     prefix = torch.full((3, 4), START)
 
     def lengths(**kw) -> list[int]:
-        res = beam_search(TableStepper(rare_eos), prefix, beam_size=2, eos_id=EOS, n_best=2,
+        res = search(TableStepper(rare_eos), prefix, beam_size=2, eos_id=EOS, n_best=2,
                           force_eos_at_max_len=force, **kw)
         assert all(len(h) == len(hyps[0]) for hyps in res.tokens for h in hyps)
         assert all((h[-1] == EOS) == force and EOS not in h[:-1] for hyps in res.tokens for h in hyps)
         return [len(hyps[0]) - force for hyps in res.tokens]  # tokens before the (forced) EOS
 
     assert lengths(max_new_tokens=3) == [3, 3, 3]
-    assert lengths(max_len_b=2) == [2, 2, 2]
+    assert lengths(max_len_a=0.0, max_len_b=2) == [2, 2, 2]
     assert lengths(max_len_a=1.5, max_len_b=1) == [7, 7, 7]  # int(1.5 · 4 + 1), src_len = prefix length
     assert lengths(max_len_a=1.0, max_len_b=1, src_lengths=torch.tensor([1, 3, 5])) == [2, 4, 6]
-    assert lengths(max_len_a=0.5, src_lengths=[2, 7, 4]) == [1, 3, 2]
-    with pytest.raises(ValueError):
-        lengths(max_new_tokens=3, max_len_b=2)
-    with pytest.raises(ValueError):
-        lengths()
-    with pytest.raises(ValueError):
-        lengths(max_len_a=0.1, max_len_b=0)  # a zero max length
-    with pytest.raises(ValueError):
-        beam_search(TableStepper(rare_eos), prefix, beam_size=2, n_best=3, max_new_tokens=2)
+    assert lengths(max_len_a=0.5, max_len_b=0, src_lengths=[2, 7, 4]) == [1, 3, 2]
+    assert lengths(max_len_a=0.1, max_len_b=0) == [1, 1, 1]  # at least one token
+    assert lengths() == [18, 18, 18]  # the defaults: 2 · 4 + 10
+    with pytest.raises(ValueError, match="one max length >= 1 per row"):
+        beam_search(TableStepper(rare_eos), prefix, DecodingOptions(beam_size=2), limits=[3, 0, 3])
+    with pytest.raises(ValueError, match=r"n_best=3 is not allowed: an integer from 1 to beam_size \(2\)"):
+        search(TableStepper(rare_eos), prefix, beam_size=2, n_best=3, max_new_tokens=2)
 
 
 def test_without_eos_id_every_hypothesis_runs_to_max_length():
-    res = beam_search(TableStepper(trap_table()), torch.tensor([[START]]), beam_size=3, max_new_tokens=3, n_best=3)
+    res = search(TableStepper(trap_table()), torch.tensor([[START]]), beam_size=3, max_new_tokens=3, n_best=3)
     assert all(len(h) == 3 for h in res.tokens[0])
     assert EOS in torch.cat(res.tokens[0]).tolist()  # EOS is an ordinary token here
 
@@ -188,14 +196,14 @@ def test_early_stopping_false_searches_on_for_longer_better_normalized_hypothese
     # when the limit ends it without EOS (with a forced EOS: test_forced_eos_at_the_limit_is_scored below)
     table = [[1, 0, 0, 0, 0], [0.01, 0.99, 0, 0, 0], [1, 0, 0, 0, 0], [1, 0, 0, 0, 0], [0.6, 0.4, 0, 0, 0]]
     kw = dict(beam_size=1, max_new_tokens=8, eos_id=EOS, length_penalty=1.0, force_eos_at_max_len=False)
-    fairseq = beam_search(TableStepper(table), torch.tensor([[START]]), early_stopping=True, **kw)
+    fairseq = search(TableStepper(table), torch.tensor([[START]]), early_stopping=True, **kw)
     assert fairseq.best[0].tolist() == [EOS]
-    full = beam_search(TableStepper(table), torch.tensor([[START]]), early_stopping=False, **kw)
+    full = search(TableStepper(table), torch.tensor([[START]]), early_stopping=False, **kw)
     assert full.best[0].tolist() == [1] * 8
     assert full.scores[0, 0] == pytest.approx((math.log(0.4) + 7 * math.log(0.99)) / 8)
     # with no length normalization, nothing longer can beat the finished EOS: both stop at once
     stepper = TableStepper(table)
-    plain = beam_search(stepper, torch.tensor([[START]]), early_stopping=False, **{**kw, "length_penalty": 0.0})
+    plain = search(stepper, torch.tensor([[START]]), early_stopping=False, **{**kw, "length_penalty": 0.0})
     assert plain.best[0].tolist() == [EOS] and stepper.calls == 1
 
 
@@ -205,18 +213,18 @@ def test_forced_eos_at_the_limit_is_scored_and_can_change_the_winner():
     table = [[1, 0, 0, 0, 0], [0.01, 0.99, 0, 0, 0], [1, 0, 0, 0, 0], [1, 0, 0, 0, 0], [0.6, 0.4, 0, 0, 0]]
     kw = dict(beam_size=1, eos_id=EOS, length_penalty=1.0, early_stopping=False, n_best=1)
     x_run = lambda n: (math.log(0.4) + (n - 1) * math.log(0.99) + math.log(0.01)) / (n + 1)  # noqa: E731
-    at8 = beam_search(TableStepper(table), torch.tensor([[START]]), max_new_tokens=8, **kw)
+    at8 = search(TableStepper(table), torch.tensor([[START]]), max_new_tokens=8, **kw)
     assert at8.best[0].tolist() == [EOS] and x_run(8) < math.log(0.6)
-    at20 = beam_search(TableStepper(table), torch.tensor([[START]]), max_new_tokens=20, **kw)
+    at20 = search(TableStepper(table), torch.tensor([[START]]), max_new_tokens=20, **kw)
     assert at20.best[0].tolist() == [1] * 20 + [EOS]
     assert at20.scores[0, 0] == pytest.approx(x_run(20)) and at20.logprobs[0, 0] == pytest.approx(x_run(20) * 21)
     # the limit wins over min_len: EOS is forced at the limit even where min_len still forbids it
-    capped = beam_search(TableStepper(table), torch.tensor([[START]]), max_new_tokens=3, min_len=5, **kw)
+    capped = search(TableStepper(table), torch.tensor([[START]]), max_new_tokens=3, min_len=5, **kw)
     assert capped.best[0].tolist() == [1, 1, 1, EOS]
 
 
 def test_vocab_size_masks_ids_beyond_it():
-    res = beam_search(TableStepper(trap_table()), torch.tensor([[START]]), beam_size=4, max_new_tokens=3,
+    res = search(TableStepper(trap_table()), torch.tensor([[START]]), beam_size=4, max_new_tokens=3,
                       eos_id=EOS, vocab_size=2, n_best=4)  # only EOS and x allowed
     assert all(set(h.tolist()) <= {0, 1} for h in res.tokens[0])
 
@@ -234,10 +242,11 @@ def test_beam_one_is_greedy(use_cache, length_penalty, force):
     free = generate(CausalLMStepper(model), prefix, 10, temperature=0)[:, 5:]
     eos = int(free[0, 3])  # a token greedy really emits, so some rows stop early and some do not
     greedy = generate(CausalLMStepper(model, use_cache=use_cache), prefix, 10, temperature=0, eos_id=eos)[:, 5:]
-    res = beam_search(CausalLMStepper(model, use_cache=use_cache), prefix, beam_size=1, max_new_tokens=10,
+    res = search(CausalLMStepper(model, use_cache=use_cache), prefix, beam_size=1, max_new_tokens=10,
                       eos_id=eos, length_penalty=length_penalty, force_eos_at_max_len=force)
-    chain = greedy_search(CausalLMStepper(model, use_cache=use_cache), prefix, limits=[10] * len(prefix),
-                          eos_id=eos, length_penalty=length_penalty, force_eos_at_max_len=force)
+    chain = greedy_search(CausalLMStepper(model, use_cache=use_cache), prefix,
+                          DecodingOptions(length_penalty=length_penalty, force_eos_at_max_len=force),
+                          limits=[10] * len(prefix), eos_id=eos)
     n_stopped = 0
     for row, hyp, other in zip(greedy.tolist(), res.best, chain.best):
         expected = row[: row.index(eos) + 1] if eos in row else row + [eos] * force  # the forced EOS
@@ -256,7 +265,7 @@ def test_full_width_beam_equals_exhaustive_search(length_penalty, force):
     V, L, eos = 4, 4, 0
     model = make_lm(V, scale=8.0)
     prefix = prompts(V, 2, t=3)
-    res = beam_search(CausalLMStepper(model), prefix, beam_size=V**L, max_new_tokens=L, eos_id=eos,
+    res = search(CausalLMStepper(model), prefix, beam_size=V**L, max_new_tokens=L, eos_id=eos,
                       length_penalty=length_penalty, n_best=V**L, force_eos_at_max_len=force)
     # every sequence that ends in EOS, or reaches length L without one: then, under fairseq's rule (force), with
     # EOS appended, its log-prob in the sum and in the length; otherwise as it is
@@ -275,7 +284,7 @@ def test_full_width_beam_equals_exhaustive_search(length_penalty, force):
         assert sorted(h for _, h in found) == sorted(space)
         assert scored[0][0] - scored[1][0] > 1e-3  # the best is not a float-noise tie
     # and a narrower beam is no better than the exhaustive best
-    narrow = beam_search(CausalLMStepper(model), prefix, beam_size=2, max_new_tokens=L, eos_id=eos,
+    narrow = search(CausalLMStepper(model), prefix, beam_size=2, max_new_tokens=L, eos_id=eos,
                          length_penalty=length_penalty, force_eos_at_max_len=force)
     assert (narrow.scores[:, 0] <= res.scores[:, 0] + 1e-5).all()
 
@@ -290,9 +299,9 @@ def test_wider_beam_finds_more_probable_outputs_than_greedy():
     for p, row in zip(prefix, greedy.tolist()):
         seq = row[: row.index(eos) + 1] if eos in row else row + [eos]  # EOS forced at the limit (the default)
         greedy_lp.append(lm_logprob(model, p, torch.tensor(seq)))
-    one = beam_search(CausalLMStepper(model), prefix, beam_size=1, **kw)
+    one = search(CausalLMStepper(model), prefix, beam_size=1, **kw)
     assert one.logprobs[:, 0].tolist() == pytest.approx(greedy_lp, abs=1e-4)
-    five = beam_search(CausalLMStepper(model), prefix, beam_size=5, **kw)
+    five = search(CausalLMStepper(model), prefix, beam_size=5, **kw)
     rescored = [lm_logprob(model, p, h) for p, h in zip(prefix, five.best)]
     assert five.logprobs[:, 0].tolist() == pytest.approx(rescored, abs=1e-4)  # reported = true log-probs
     assert five.logprobs[:, 0].mean() >= torch.tensor(greedy_lp).mean()
@@ -305,7 +314,7 @@ def test_cache_recompute_and_prefix_expansion_agree(max_len):
     model = make_lm(V, max_len=max_len)
     prefix = prompts(V, 3)
     eos = int(generate(CausalLMStepper(model), prefix, 6, temperature=0)[1, -1])
-    runs = [beam_search(CausalLMStepper(model, use_cache=c), prefix, beam_size=4, max_new_tokens=12, eos_id=eos,
+    runs = [search(CausalLMStepper(model, use_cache=c), prefix, beam_size=4, max_new_tokens=12, eos_id=eos,
                         n_best=4, expand_prefix=e) for c, e in [(True, False), (False, False), (True, True)]]
     for other in runs[1:]:
         assert [[h.tolist() for h in hyps] for hyps in other.tokens] == \
@@ -319,7 +328,7 @@ def test_n_best_distinct_and_sorted(length_penalty):
     V, eos = 40, 0
     model = make_lm(V, scale=6.0)
     prefix = prompts(V, 4, low=1)
-    res = beam_search(CausalLMStepper(model), prefix, beam_size=6, n_best=5, max_new_tokens=8, eos_id=eos,
+    res = search(CausalLMStepper(model), prefix, beam_size=6, n_best=5, max_new_tokens=8, eos_id=eos,
                       length_penalty=length_penalty)
     assert res.scores.shape == res.logprobs.shape == (4, 5)
     for b, hyps in enumerate(res.tokens):
@@ -328,7 +337,7 @@ def test_n_best_distinct_and_sorted(length_penalty):
         for h, lp in zip(hyps, res.logprobs[b].tolist()):
             assert lp == pytest.approx(lm_logprob(model, prefix[b], h), abs=1e-4)
     check_well_formed(res, eos, length_penalty)
-    one = beam_search(CausalLMStepper(model), prefix, beam_size=6, max_new_tokens=8, eos_id=eos,
+    one = search(CausalLMStepper(model), prefix, beam_size=6, max_new_tokens=8, eos_id=eos,
                       length_penalty=length_penalty)
     assert [h.tolist() for h in one.best] == [hyps[0].tolist() for hyps in res.tokens]
 
@@ -337,7 +346,7 @@ def test_nan_logits_give_an_empty_hypothesis_not_a_crash():
     """A diverged model (NaN everywhere) finishes no hypothesis: each sentence gets an empty output scored -inf,
     so validation of a broken run reports BLEU 0 instead of raising IndexError mid-training."""
     table = [[float("nan")] * 5 for _ in range(5)]
-    res = beam_search(TableStepper(table), torch.tensor([[START], [START]]), beam_size=3, max_new_tokens=4,
+    res = search(TableStepper(table), torch.tensor([[START], [START]]), beam_size=3, max_new_tokens=4,
                       eos_id=EOS)
     assert [t.numel() for t in res.best] == [0, 0]
     assert torch.isinf(res.scores[:, 0]).all() and (res.scores[:, 0] < 0).all()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.decoding import CausalLMStepper, beam_search, generate
+from attnlab.decoding import CausalLMStepper, DecodingOptions, beam_search, generate
 from attnlab.models.causal_lm import CausalLM
 from attnlab.models.transformer_mt import TransformerMT
 from attnlab.modules.attention import KVCache
@@ -63,9 +63,10 @@ def test_translation_beams_equal_recomputation_when_sentences_finish_apart(monke
     mask = torch.arange(6)[None] < torch.tensor([6, 5, 3, 2])[:, None]
     bos = torch.full((4, 1), 1)
     # each sentence's own length limit (a·src_len + b): they leave the batch at different steps
-    kw = dict(beam_size=3, max_len_a=1.0, max_len_b=2, src_lengths=mask.sum(1), eos_id=2, n_best=2)
-    cached = beam_search(net.stepper(src, mask, use_cache=True), bos, **kw)
+    options = DecodingOptions(beam_size=3, n_best=2, max_len_a=1.0, max_len_b=2, early_stopping=True)
+    kw = dict(limits=options.limits(mask.sum(1)), eos_id=2)
+    cached = beam_search(net.stepper(src, mask, use_cache=True), bos, options, **kw)
     assert True in crossed and False in crossed  # both reorder paths ran
-    fresh = beam_search(net.stepper(src, mask, use_cache=False), bos, **kw)
+    fresh = beam_search(net.stepper(src, mask, use_cache=False), bos, options, **kw)
     assert [[h.tolist() for h in row] for row in cached.tokens] == [[h.tolist() for h in row] for row in fresh.tokens]
     torch.testing.assert_close(cached.scores, fresh.scores, atol=1e-5, rtol=1e-5)

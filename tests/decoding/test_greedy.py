@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.decoding import beam_search, generate, greedy_search
+from attnlab.decoding import DecodingOptions, beam_search, generate, greedy_search
 from attnlab.models.transformer_mt import TransformerMT
 from attnlab.tasks.translation import TranslationTask
 
@@ -44,8 +44,8 @@ def test_beam_one_in_translation_is_the_argmax_chain_of_generate(seed, force):
     a row the limit cut, so its tokens are the chain's and its log-prob the chain's plus that EOS's."""
     net = peaked_mt(seed)
     src, mask = sources(seed)
-    res = task_for(net).translate_batch(src, mask, beam_size=1, max_len_a=1.0, max_len_b=3,
-                                        force_eos_at_max_len=force)
+    res = task_for(net).translate_batch(src, mask, DecodingOptions(max_len_a=1.0, max_len_b=3,
+                                                                   force_eos_at_max_len=force))
     limits = (mask.sum(1) + 3).tolist()
     chain = generate(net.stepper(src, mask), torch.full((8, 1), BOS), max(limits), temperature=0.0, eos_id=EOS)[:, 1:]
     cut = 0
@@ -71,9 +71,8 @@ def test_a_beam_of_one_without_early_stopping_can_end_elsewhere():
         src, mask = sources(seed)
         limits = (mask.sum(1) + 3).tolist()
         prefix = torch.full((8, 1), BOS)
-        old = beam_search(net.stepper(src, mask), prefix, beam_size=1, max_len_a=1.0, max_len_b=0, src_lengths=limits,
-                          eos_id=EOS, length_penalty=1.0, early_stopping=False)
-        new = greedy_search(net.stepper(src, mask), prefix, limits=limits, eos_id=EOS)
+        old = beam_search(net.stepper(src, mask), prefix, DecodingOptions(), limits=limits, eos_id=EOS)
+        new = greedy_search(net.stepper(src, mask), prefix, DecodingOptions(), limits=limits, eos_id=EOS)
         differ += sum(not torch.equal(a, b) for a, b in zip(old.best, new.best))
     assert differ > 0
 
@@ -89,8 +88,8 @@ def test_the_forced_eos_fits_the_decoders_positions(beam_size):
     src, mask = torch.randint(3, V, (8, 6)), torch.ones(8, 6, dtype=torch.bool)
     task = task_for(net.eval())
     kw = dict(beam_size=beam_size, max_len_a=2.0, max_len_b=10)  # a·6 + b = 22, clamped to max_len - 1 = 5
-    cut = task.translate_batch(src, mask, force_eos_at_max_len=False, **kw).best
-    forced = task.translate_batch(src, mask, force_eos_at_max_len=True, **kw).best
+    cut = task.translate_batch(src, mask, DecodingOptions(force_eos_at_max_len=False, **kw)).best
+    forced = task.translate_batch(src, mask, DecodingOptions(force_eos_at_max_len=True, **kw)).best
     ran_to_limit = [len(h) == 5 and EOS not in h.tolist() for h in cut]
     assert sum(ran_to_limit) >= 4  # (with this seed: all 8)
     for h, at_limit in zip(forced, ran_to_limit):

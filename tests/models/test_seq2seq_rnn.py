@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.decoding import beam_search
+from attnlab.decoding import DecodingOptions, beam_search
 from attnlab.models.seq2seq_rnn import Seq2SeqRNN
 from attnlab.modules.attention import capture_attention
 
@@ -57,8 +57,9 @@ def loss_of(scores, batch) -> torch.Tensor:
 def greedy(net, batch, max_new=12) -> list[list[int]]:
     bos = torch.full((batch["src"].shape[0], 1), BOS)
     # the argmax chain as is: a row cut by the limit keeps its last argmax token (no EOS forced after it)
-    res = beam_search(net.stepper(batch["src"], batch["src_mask"]), bos, beam_size=1, max_new_tokens=max_new,
-                      eos_id=EOS, force_eos_at_max_len=False)  # fmt: skip
+    res = beam_search(net.stepper(batch["src"], batch["src_mask"]), bos,
+                      DecodingOptions(max_new_tokens=max_new, force_eos_at_max_len=False, early_stopping=True),
+                      eos_id=EOS)
     return [h.tolist() for h in res.best]
 
 
@@ -200,12 +201,13 @@ def test_beam_one_is_greedy_and_a_batch_equals_each_sentence_alone(cell, attenti
         manual = tokens[row, 1:].tolist()
         assert hyp == (manual[: manual.index(EOS) + 1] if EOS in manual else manual)
     # beam 4 over the batch (rows dropping out, reorder every step) == beam 4 on each sentence alone
-    together = beam_search(net.stepper(b["src"], b["src_mask"]), bos, beam_size=4, n_best=2,
-                           max_len_a=1.5, max_len_b=2, src_lengths=b["src_mask"].sum(1), eos_id=EOS)  # fmt: skip
+    four = DecodingOptions(beam_size=4, n_best=2, max_len_a=1.5, max_len_b=2, early_stopping=True)
+    together = beam_search(net.stepper(b["src"], b["src_mask"]), bos, four, limits=four.limits(b["src_mask"].sum(1)),
+                           eos_id=EOS)
     for row in range(8):
         s = slice(row, row + 1)
-        alone = beam_search(net.stepper(b["src"][s], b["src_mask"][s]), bos[s], beam_size=4, n_best=2,
-                            max_len_a=1.5, max_len_b=2, src_lengths=b["src_mask"][s].sum(1), eos_id=EOS)  # fmt: skip
+        alone = beam_search(net.stepper(b["src"][s], b["src_mask"][s]), bos[s], four,
+                            limits=four.limits(b["src_mask"][s].sum(1)), eos_id=EOS)
         assert [h.tolist() for h in together.tokens[row]] == [h.tolist() for h in alone.tokens[0]]
         torch.testing.assert_close(together.scores[row], alone.scores[0], atol=1e-5, rtol=1e-5)
 
@@ -214,9 +216,10 @@ def test_stepper_without_cache_matches_the_cached_one_and_keeps_maps():
     net = tiny("lstm", "bahdanau", n_layers=2).eval()
     b = reversal_batch()
     bos = torch.full((8, 1), BOS)
-    kw = dict(beam_size=3, max_len_a=1.5, max_len_b=2, src_lengths=b["src_mask"].sum(1), eos_id=EOS)
-    cached = beam_search(net.stepper(b["src"], b["src_mask"], use_cache=True), bos, **kw)
-    fresh = beam_search(net.stepper(b["src"], b["src_mask"], use_cache=False), bos, **kw)
+    options = DecodingOptions(beam_size=3, max_len_a=1.5, max_len_b=2, early_stopping=True)
+    kw = dict(limits=options.limits(b["src_mask"].sum(1)), eos_id=EOS)
+    cached = beam_search(net.stepper(b["src"], b["src_mask"], use_cache=True), bos, options, **kw)
+    fresh = beam_search(net.stepper(b["src"], b["src_mask"], use_cache=False), bos, options, **kw)
     assert [h.tolist() for h in cached.best] == [h.tolist() for h in fresh.best]
     torch.testing.assert_close(cached.scores, fresh.scores, atol=1e-5, rtol=1e-5)
     # greedy decoding under capture_attention: one weight row per generated token, for the rows decoded

@@ -58,9 +58,9 @@ def test_block_groups_reach_the_attention_encoder_only():
     net = make("attention", norm=load_part("norm", "rms"), pos=load_part("pos", "rotary"))
     assert all(isinstance(b.sa_norm, torch.nn.RMSNorm) for b in net.encoder.layers)
     # rotary adds nothing to the embeddings: it lives in every self-attention
-    assert isinstance(net.encoder.positions, RotaryPositions)
-    assert isinstance(net.encoder.positions.attention, RotaryEmbedding)
-    assert all(b.self_attn.positions is net.encoder.positions.attention for b in net.encoder.layers)
+    assert isinstance(net.positions, RotaryPositions)
+    assert isinstance(net.positions.attention, RotaryEmbedding)
+    assert all(b.self_attn.positions is net.positions.attention for b in net.encoder.layers)
     assert not any(isinstance(m, torch.nn.RMSNorm) for m in make("cnn", norm=load_part("norm", "rms")).modules())
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.decoding import beam_search
+from attnlab.decoding import DecodingOptions, beam_search
 from attnlab.models.transformer_mt import TransformerMT
 from attnlab.modules.block import DecoderBlock
 from attnlab.modules.moe import MixtureOfExperts
@@ -55,7 +55,8 @@ def test_source_padding_does_not_change_a_row():
 def test_beam_one_equals_greedy_argmax_loop():
     net = tiny()
     src, mask = batch()
-    res = beam_search(net.stepper(src, mask), torch.full((3, 1), BOS), beam_size=1, max_new_tokens=8, eos_id=EOS)
+    res = beam_search(net.stepper(src, mask), torch.full((3, 1), BOS),
+                      DecodingOptions(max_new_tokens=8, early_stopping=True), eos_id=EOS)
     for b in range(3):
         ids = [BOS]
         for _ in range(8):
@@ -106,7 +107,8 @@ def test_overfits_a_tiny_reversal_batch(norm):
     tgt = src.flip(1)
     assert fit(net, src, mask, tgt, steps=200) < 0.1
     net.eval()
-    res = beam_search(net.stepper(src, mask), torch.full((8, 1), BOS), beam_size=3, max_new_tokens=8, eos_id=EOS)
+    res = beam_search(net.stepper(src, mask), torch.full((8, 1), BOS),
+                      DecodingOptions(beam_size=3, max_new_tokens=8, early_stopping=True), eos_id=EOS)
     assert [r.tolist() for r in res.best] == [t + [EOS] for t in tgt.tolist()]
 
 
@@ -142,6 +144,7 @@ def test_copy_model_copies_names_never_seen_in_training():
     fit(net, *_names_task(range(24, 32), 64, seed=0), steps=300)
     net.eval()
     src, mask, tgt = _names_task(range(32, 40), 32, seed=1)
-    res = beam_search(net.stepper(src, mask), torch.full((32, 1), BOS), beam_size=1, max_new_tokens=5, eos_id=EOS)
+    res = beam_search(net.stepper(src, mask), torch.full((32, 1), BOS),
+                      DecodingOptions(max_new_tokens=5, early_stopping=True), eos_id=EOS)
     copied = sum(r[:2].tolist() == t[:2].tolist() for r, t in zip(res.best, tgt))
     assert copied >= 28, f"copied {copied}/32 unseen names"

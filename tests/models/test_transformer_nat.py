@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attnlab.decoding import DecodingOptions
 from attnlab.models.transformer_nat import TransformerNAT
 from attnlab.tasks.translation_nat import NATTranslationTask
 
@@ -61,7 +62,7 @@ def test_learns_lengths_and_decodes_every_position_in_one_pass():
     net.eval()
     calls = []
     hooks = [b.register_forward_hook(lambda *a: calls.append(1)) for b in net.decoder.layers]
-    res = task.translate_batch(src, mask, beam_size=2, n_best=2)
+    res = task.translate_batch(src, mask, DecodingOptions(beam_size=2, n_best=2))
     for h in hooks:
         h.remove()
     assert len(calls) == len(net.decoder.layers)  # one pass through each decoder layer for all positions and lengths

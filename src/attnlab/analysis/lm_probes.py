@@ -92,5 +92,5 @@ def attention_grad_norm(task, batch: dict[str, Tensor]) -> float:
 def greedy(task, dm, prompt_tokens: int = 16, new_tokens: int = 32) -> tuple[str, str]:
     """(prompt, greedy continuation) from the start of the validation split, KV-cache decoding (always causal)."""
     prefix = dm.example_text(prompt_tokens)
-    out = task.sample(prefix, new_tokens, temperature=0.0, vocab_size=dm.vocab_size)
+    out = task.sample(prefix, {"max_new_tokens": new_tokens, "temperature": 0.0}, vocab_size=dm.vocab_size)
     return dm.decode(prefix[0].tolist()), dm.decode(out[0, prompt_tokens:].tolist())

@@ -59,6 +59,7 @@ def held_out_integers(train: set[int], count: int, max_digits: int, seed: int) -
 
 def translate_all(task, lines: list[str], beam: int) -> tuple[list[str | None], int]:
     """Best translation per line (None where the line is refused as too long) and the number refused."""
+    from attnlab.decoding import DecodingOptions
     from attnlab.translate import translate_lines
 
     out: list[str | None] = []
@@ -66,11 +67,11 @@ def translate_all(task, lines: list[str], beam: int) -> tuple[list[str | None], 
     for i in range(0, len(lines), 32):
         chunk = lines[i : i + 32]
         try:
-            out += [h[0][0] for h in translate_lines(task, chunk, beam_size=beam)]
+            out += [h[0][0] for h in translate_lines(task, chunk, DecodingOptions(beam_size=beam))]
         except ValueError:  # one line too long aborts its batch (as it aborts translate's whole file): go one by one
             for line in chunk:
                 try:
-                    out.append(translate_lines(task, [line], beam_size=beam)[0][0][0])
+                    out.append(translate_lines(task, [line], DecodingOptions(beam_size=beam))[0][0][0])
                 except ValueError:
                     out.append(None)
                     refused += 1

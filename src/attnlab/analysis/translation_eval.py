@@ -48,16 +48,20 @@ class Decoded:
 
 @torch.no_grad()
 def decode(task, batches: list[dict], repeats: int = 1, **decoding) -> Decoded:
-    """Translate every batch with ``task.translate_batch(**decoding)``; the time is the fastest of ``repeats``
-    passes (a shared machine's noise only ever adds time)."""
+    """Translate every batch with ``task.translate_batch`` and the :class:`~attnlab.decoding.options.DecodingOptions`
+    ``decoding`` names; the time is the fastest of ``repeats`` passes (a shared machine's noise only ever adds
+    time)."""
+    from ..decoding import DecodingOptions
     from ..tasks.translation import decode_text
+
+    options = DecodingOptions(**decoding)
 
     best_time = float("inf")
     for _ in range(repeats):
         hyps, refs, srcs, logprobs, scores, seconds = [], [], [], [], [], 0.0
         for batch in batches:
             start = time.perf_counter()
-            result = task.translate_batch(batch["src"], batch["src_mask"], **decoding)
+            result = task.translate_batch(batch["src"], batch["src_mask"], options)
             seconds += time.perf_counter() - start
             hyps += [decode_text(task.tokenizer, ids) for ids in result.best]
             refs += list(batch["tgt_text"])

@@ -20,11 +20,13 @@ favours long ones.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from .options import DecodingOptions
 from .step import Stepper
 
 
@@ -39,44 +41,22 @@ class BeamResult:
         return [hyps[0] for hyps in self.tokens]
 
 
-def _max_new(batch, prompt_len, max_new_tokens, a, b, src_lengths) -> list[int]:
-    if max_new_tokens is not None:
-        if a or b is not None:
-            raise ValueError("give max_new_tokens or max_len_a/max_len_b, not both")
-        limits = [int(max_new_tokens)] * batch
-    elif a or b is not None:
-        src = src_lengths.tolist() if isinstance(src_lengths, Tensor) else src_lengths
-        limits = [int(a * n + (b or 0)) for n in (src if src is not None else [prompt_len] * batch)]
-    else:
-        raise ValueError("beam_search needs max_new_tokens or max_len_a/max_len_b")
-    if len(limits) != batch or min(limits) < 1:
-        raise ValueError(f"need one max length >= 1 per row, got {limits}")
-    return limits
-
-
 @torch.no_grad()
 def beam_search(
     stepper: Stepper,
     prefix: Tensor,
+    options: DecodingOptions,
     *,
-    beam_size: int,
-    max_new_tokens: int | None = None,
-    max_len_a: float = 0.0,
-    max_len_b: int | None = None,
-    src_lengths: Tensor | list[int] | None = None,
+    limits: Sequence[int] | None = None,
     eos_id: int | None = None,
-    length_penalty: float = 1.0,
-    n_best: int = 1,
     vocab_size: int | None = None,
-    min_len: int = 0,
-    early_stopping: bool = True,
     expand_prefix: bool = False,
-    force_eos_at_max_len: bool = True,
 ) -> BeamResult:
     """prefix (B, T) -> the ``n_best`` best continuations of each row (see the module docstring).
 
-    Max length L: ``max_new_tokens``, or ``int(max_len_a · src_len + max_len_b)`` per row, ``src_len`` from
-    ``src_lengths`` (e.g. a translation's source lengths) or the prefix length T.
+    ``options``: ``beam_size``, ``n_best``, ``length_penalty``, ``force_eos_at_max_len``, ``min_len``,
+    ``early_stopping`` and the length limit. Max length L per row: ``limits`` (e.g. from a translation's source
+    lengths, :meth:`~attnlab.decoding.options.DecodingOptions.limits`), else the options' limit for the prefix length T.
     ``force_eos_at_max_len`` True (fairseq's rule): a hypothesis may have L tokens before its EOS; one that reaches L
     without EOS gets EOS forced at step L + 1 (the only token allowed there), its log-prob added to the sum and
     counted in the length (L + 1), so hypotheses cut by the limit compete on the same footing as finished ones.
@@ -85,22 +65,24 @@ def beam_search(
     ``min_len``: EOS is forbidden (log-prob -inf, as fairseq) until ``min_len`` tokens have been generated (a
     forced EOS at the limit wins).
     ``vocab_size``: ids ≥ it are masked before the softmax (the distribution is renormalized over the others).
-    ``early_stopping`` True (fairseq's default): a sentence is done once it has ``beam_size`` finished
-    hypotheses; then ``beam_size=1`` is greedy decoding whatever the length penalty. False: it goes on until its
+    ``early_stopping`` True (fairseq's default; the options' is False): a sentence is done once it has
+    ``beam_size`` finished hypotheses; then ``beam_size=1`` is greedy decoding whatever the length penalty. False: it goes on until its
     best live hypothesis, even at its most favourable future length, cannot beat its ``beam_size``-th best finished.
     ``expand_prefix``: prefill the B·beam expanded prefix instead of prefilling B rows then ``reorder`` (same result).
     """
-    B, k, dev = prefix.shape[0], beam_size, prefix.device
-    if not 1 <= n_best <= k:
-        raise ValueError(f"need 1 <= n_best <= beam_size, got n_best={n_best}, beam_size={k}")
-    limit = _max_new(B, prefix.shape[1], max_new_tokens, max_len_a, max_len_b, src_lengths)
+    B, k, dev = prefix.shape[0], options.beam_size, prefix.device
+    n_best, length_penalty, min_len = options.n_best, options.length_penalty, options.min_len
+    limit = list(limits) if limits is not None else options.limits([prefix.shape[1]] * B)
+    if len(limit) != B or min(limit) < 1:
+        raise ValueError(f"need one max length >= 1 per row, got {limit}")
     if expand_prefix:
         logits = stepper.prefill(prefix.repeat_interleave(k, dim=0))
     else:
         logits = stepper.prefill(prefix).repeat_interleave(k, dim=0)
         stepper.reorder(torch.arange(B, device=dev).repeat_interleave(k))
-    force = force_eos_at_max_len and eos_id is not None
-    last = [n_max + force - 1 for n_max in limit]  # each sentence's last step: with force, the EOS-only step after L tokens
+    force = options.force_eos_at_max_len and eos_id is not None
+    # each sentence's last step: with force, the EOS-only step after L tokens
+    last = [n_max + force - 1 for n_max in limit]
     sums = torch.full((B, k), float("-inf"), device=dev)
     sums[:, 0] = 0.0  # the beams start identical: only the first may expand, or the beam fills with copies
     hyps = prefix.new_empty(B * k, 0)  # (n·k, t) tokens generated so far by each live row
@@ -139,7 +121,7 @@ def beam_search(
         sums, src, tok = top.gather(1, keep), src.gather(1, keep), tok.gather(1, keep)
 
         best_live = sums.max(dim=1).values
-        if not early_stopping:  # best live score at its most favourable final length (sums ≤ 0 only decrease)
+        if not options.early_stopping:  # best live score at its most favourable final length (sums ≤ 0 only decrease)
             length = [last[s] + 1 if length_penalty >= 0 else t + 2 for s in sent]
             future = (best_live / torch.tensor(length, device=dev, dtype=torch.float) ** length_penalty).tolist()
         live_any = best_live.isfinite().tolist()
@@ -147,7 +129,7 @@ def beam_search(
         for i, s in enumerate(sent):
             done = last[s] == t or not live_any[i]
             if not done and len(finished[s]) >= k:
-                done = early_stopping or future[i] <= heapq.nlargest(k, (h[0] for h in finished[s]))[-1]
+                done = options.early_stopping or future[i] <= heapq.nlargest(k, (h[0] for h in finished[s]))[-1]
             if not done:
                 remaining.append(i)
         if not remaining:
@@ -176,18 +158,18 @@ def beam_search(
 def greedy_search(
     stepper: Stepper,
     prefix: Tensor,
+    options: DecodingOptions,
     *,
-    limits: list[int],
+    limits: Sequence[int],
     eos_id: int | None = None,
-    length_penalty: float = 1.0,
     vocab_size: int | None = None,
-    force_eos_at_max_len: bool = True,
 ) -> BeamResult:
     """The argmax chain (what the LM's ``generate(temperature=0)`` emits), as a :class:`BeamResult` with one
     hypothesis per row: row b stops at EOS or after ``limits[b]`` new tokens. What ``beam_size=1`` means in
     translation: a beam of one without early stopping may end on another hypothesis.
 
-    ``force_eos_at_max_len`` as in :func:`beam_search`: True, a row that reaches its limit without EOS gets EOS
+    ``options``: ``length_penalty``, and ``force_eos_at_max_len`` as in :func:`beam_search`: True, a row that
+    reaches its limit without EOS gets EOS
     appended, its log-prob added and counted in the length (the same rule and scores as a beam); its first
     ``limits[b]`` tokens are the argmax chain either way (EOS is the only token allowed after them). False: the row
     ends at its limit without EOS."""
@@ -197,7 +179,7 @@ def greedy_search(
     length = torch.zeros(B, dtype=torch.long, device=dev)  # tokens generated while the row was live
     live = torch.ones(B, dtype=torch.bool, device=dev)
     logits = stepper.prefill(prefix)
-    force = force_eos_at_max_len and eos_id is not None
+    force = options.force_eos_at_max_len and eos_id is not None
     for t in range(max(limits) + force):
         logits = logits.float()
         if vocab_size is not None and vocab_size < logits.shape[-1]:
@@ -217,5 +199,5 @@ def greedy_search(
             break
         logits = stepper.step(tok)
     best = [[tokens[b, : int(length[b])]] for b in range(B)]
-    scores = (logprob / length.clamp_min(1).float() ** length_penalty)[:, None]
+    scores = (logprob / length.clamp_min(1).float() ** options.length_penalty)[:, None]
     return BeamResult(best, scores, logprob[:, None])

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..cli_input import InputError
+from ..decoding import DecodingOptions
 from ..modules.attention import capture_attention, is_attention_module
 from ..tasks.protocols import AttentionSample
 from .record import ExplorerRecord
@@ -53,7 +54,7 @@ def translation(task, ckpt: dict, text: Any, target: Any, title: str) -> Explore
     limit = getattr(task.net, "max_len", None)
     _too_long(src.shape[1], limit, "source tokens")
     if target is None:
-        res = task.translate_batch(src, mask, beam_size=1, n_best=1)
+        res = task.translate_batch(src, mask, DecodingOptions(beam_size=1, n_best=1))
         tgt = [int(i) for i in res.tokens[0][0] if int(i) != tok.eos_id]
     else:
         tgt = list(tok.encode(str(target)))
@@ -68,9 +69,7 @@ def translation(task, ckpt: dict, text: Any, target: Any, title: str) -> Explore
 
 
 def language_model(task, ckpt: dict, text: Any, title: str) -> ExplorerRecord:
-    from ..data.tokenizer import BPETokenizer
-
-    tok = BPETokenizer.from_str(ckpt["tokenizer"])
+    tok = task.tokenizer  # restored from the checkpoint when the task was loaded
     ids = tok.encode(_text(text, "text"))
     if not ids:
         raise InputError("text= encodes to no tokens")

@@ -1,8 +1,9 @@
 """Sequence classification with three ways to process a sequence (seed claim C9, experiment E7).
 
-    ids (B, T) -> token embedding -> encoder -> outputs (B, T, D) -> pool -> linear -> logits (B, K)
+    ids (B, T) -> token embedding (+ positions) -> encoder -> outputs (B, T, D) -> pool -> linear -> logits (B, K)
 
-The encoder is the only thing that changes:
+The :class:`~attnlab.models.token_transformer.TokenTransformer` body with an ``encoder`` stack and an untied head over
+the classes, read at one position or the mean. The encoder is the only thing that changes:
 
 * ``rnn``: a GRU. O(T) sequential steps: position t's state depends on every earlier position, but step t cannot
   start before step t-1 has finished (not parallel over the sequence). ``bidirectional`` adds a right-to-left GRU
@@ -12,7 +13,7 @@ The encoder is the only thing that changes:
   depends on exactly the inputs t-R+1 … t, with receptive field ``R = 1 + n_layers·(kernel_size - 1)``
   (:attr:`SequenceClassifier.receptive_field`). Causal (left-padded), so that the whole window of the last
   position lies inside the sequence.
-* ``attention``: the repository's transformer encoder: ``n_layers`` non-causal layers built from the
+* ``attention``: the body's transformer encoder: ``n_layers`` non-causal layers built from the
   ``norm``/``ffn``/``moe``/``attn``/``pos`` config groups. Parallel over positions, and every output sees every input
   from the first layer on (O(T²) scores per layer).
 
@@ -28,9 +29,8 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..modules.parts import BlockParts, resolve_positions
-from ..modules.stack import TransformerStack, build_stack
-from .base import TransformerModel
+from ..modules.positional import NoPositions
+from .token_transformer import TokenTransformer
 
 ENCODERS = ("rnn", "cnn", "attention")
 POOLS = ("last", "mean")
@@ -84,22 +84,7 @@ class ConvEncoder(nn.Module):
         return self.final_norm(x)
 
 
-class AttentionEncoder(TransformerStack):
-    """Positions (``pos`` group) + ``n_layers`` non-causal transformer layers + the final norm."""
-
-    def __init__(self, d_model: int, n_layers: int, n_heads: int, max_len: int, dropout: float = 0.0,
-                 attn_dropout: float = 0.0, bias: bool = True, parts: BlockParts | None = None, pos: Any = None):
-        nn.Module.__init__(self)  # positions first: the parameter order of earlier checkpoints
-        self.positions = resolve_positions(pos)(max_len=max_len, d_model=d_model, n_heads=n_heads)
-        stack = build_stack(n_layers, d_model, n_heads, parts or BlockParts(), dropout=dropout,
-                            attn_dropout=attn_dropout, bias=bias, positions=self.positions.attention)
-        self.layers, self.final_norm = stack.layers, stack.final_norm
-
-    def forward(self, x: Tensor) -> Tensor:
-        return super().forward(self.positions.add(x))  # non-causal: every position attends to every position
-
-
-class SequenceClassifier(TransformerModel):
+class SequenceClassifier(TokenTransformer):
     """ids (B, T) -> logits (B, num_classes) through one of :data:`ENCODERS` (see the module docstring).
 
     ``norm``, ``ffn``, ``moe``, ``attn``, ``pos``, ``n_heads`` and ``attn_dropout`` are read by the attention
@@ -126,30 +111,20 @@ class SequenceClassifier(TransformerModel):
         norm: Any = None, ffn: Any = None, moe: Any = None, attn: Any = None, pos: Any = None,
         init: str = "xavier",
     ):
-        super().__init__()
         if encoder not in ENCODERS:
             raise ValueError(f"unknown encoder {encoder!r}; choose one of {', '.join(ENCODERS)}")
         if pool not in POOLS:
             raise ValueError(f"unknown pool {pool!r}; choose one of {', '.join(POOLS)}")
-        self.vocab_size, self.num_classes, self.max_len = vocab_size, num_classes, max_len
-        self.encoder_kind, self.d_model, self.n_layers, self.n_heads = encoder, d_model, n_layers, n_heads
-        self.pool = pool
-        self.embed = nn.Embedding(vocab_size, d_model)
-        self.drop = nn.Dropout(dropout)
-        if encoder == "rnn":
-            self.encoder = GRUEncoder(d_model, n_layers, bidirectional, dropout)
-        elif encoder == "cnn":
-            self.encoder = ConvEncoder(d_model, n_layers, kernel_size, dropout)
-        else:
-            self.encoder = AttentionEncoder(d_model, n_layers, n_heads, max_len, dropout, attn_dropout, bias,
-                                            BlockParts.resolve(norm, ffn, moe, attn), pos)
-        self.head = nn.Linear(d_model, num_classes)
+        custom = {"rnn": lambda: GRUEncoder(d_model, n_layers, bidirectional, dropout),
+                  "cnn": lambda: ConvEncoder(d_model, n_layers, kernel_size, dropout)}.get(encoder)
+        # the RNN and the CNN know the order of their inputs: no positions
+        super().__init__(vocab_size, d_model, n_layers, n_heads, max_len, dropout=dropout, attn_dropout=attn_dropout,
+                         bias=bias, norm=norm, ffn=ffn, moe=moe, attn=attn,
+                         pos=pos if custom is None else NoPositions, stack="encoder", causal=False,
+                         head_size=num_classes, head_bias=True, tie_embeddings=False, custom_stack=custom)
+        self.num_classes, self.encoder_kind, self.pool = num_classes, encoder, pool
         # xavier: linear maps; PyTorch's defaults for the embedding (N(0, 1)), the GRU and the convolutions
         self.init_weights(init)
-
-    def lookup_tables(self) -> list[nn.Parameter]:
-        positions = getattr(self.encoder, "positions", None)
-        return [self.embed.weight, *(positions.parameters() if positions is not None else ())]
 
     def sequence_heads(self) -> list[nn.Module]:
         return [self.head]
@@ -168,9 +143,7 @@ class SequenceClassifier(TransformerModel):
 
     def features(self, ids: Tensor) -> Tensor:
         """ids (B, T) -> every position's output (B, T, D)."""
-        if ids.shape[1] > self.max_len:
-            raise ValueError(f"sequence of {ids.shape[1]} tokens, max_len={self.max_len}")
-        return self.encoder(self.drop(self.embed(ids)))
+        return self.encoder(self.embed_tokens(ids))  # non-causal: every position attends to every position
 
     def forward(self, ids: Tensor) -> Tensor:
         """ids (B, T) -> logits (B, num_classes)."""

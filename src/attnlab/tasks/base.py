@@ -27,6 +27,7 @@ from ..checkpoint_upgrade import (upgrade_net_config, upgrade_optimizer_config, 
 from ..checkpoints import check_fits
 from ..modules.moe import expert_fractions, moe_losses
 from ..optim import build_lr_schedule, build_optimizer
+from ..data.tokenizer import BPETokenizer
 from .protocols import StepOutput
 
 
@@ -44,7 +45,24 @@ def build_net(cfg: Any) -> nn.Module:
     return hydra.utils.instantiate(cfg, _convert_="all")
 
 
+def saved_tokenizer(checkpoint: dict) -> BPETokenizer | None:
+    """The tokenizer a checkpoint carries (the JSON text train.py saves), or None without one: the one place it is
+    read back. A task restores it when loaded (:meth:`Task.on_load_checkpoint`); the entry points read
+    ``task.tokenizer``."""
+    text = checkpoint.get("tokenizer")
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return BPETokenizer.from_str(text)
+    except Exception as e:  # noqa: BLE001 - the tokenizers library raises a bare Exception
+        raise ValueError(f"its tokenizer cannot be read (damaged): {str(e).strip().splitlines()[0]}") from None
+
+
 class Task(L.LightningModule):
+    # what an entry point needs from the checkpoint besides the model ("tokenizer": restored as ``tokenizer``)
+    checkpoint_keys: tuple[str, ...] = ()
+    tokenizer: BPETokenizer | None = None
+
     def __init__(
         self,
         net: Any,
@@ -97,6 +115,8 @@ class Task(L.LightningModule):
         path = getattr(self._trainer, "ckpt_path", None) or getattr(self, "_checkpoint_path", None)
         check_fits(self, checkpoint.get("state_dict"), path or "the checkpoint")
         self._pending_rng = checkpoint.get("rng_states")
+        if "tokenizer" in self.checkpoint_keys and "tokenizer" in checkpoint:
+            self.tokenizer = saved_tokenizer(checkpoint)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # Restored here, not at load time: building the resumed epoch's dataloader iterator draws a seed from the

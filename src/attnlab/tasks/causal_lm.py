@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torchmetrics import MeanMetric
 
-from ..decoding import CausalLMStepper, generate
+from ..decoding import CausalLMStepper, DecodingOptions, generate
 from ..modules.loss import linear_cross_entropy
 from .base import Task
 from .protocols import StepOutput
@@ -60,10 +60,16 @@ class CausalLMTask(TextTask, Task):
         self.log("test/ppl", torch.exp(self.test_nll.compute()), sync_dist=True)
 
     @torch.no_grad()
-    def sample(self, prefix: Tensor, max_new_tokens: int, use_cache: bool = True, **kwargs) -> Tensor:
+    def sample(self, prefix: Tensor, options: DecodingOptions | dict, use_cache: bool = True, *,
+               generator: torch.Generator | None = None, vocab_size: int | None = None) -> Tensor:
+        """prefix (B, T) -> (B, T + ``options.max_new_tokens``), sampled with the options' temperature, top-k and
+        top-p (``options``: a :class:`DecodingOptions`, or the fields of one)."""
+        options = options if isinstance(options, DecodingOptions) else DecodingOptions(**options)
         was_training = self.net.training
         self.net.eval()
         try:
-            return generate(CausalLMStepper(self.net, use_cache), prefix, max_new_tokens, **kwargs)
+            return generate(CausalLMStepper(self.net, use_cache), prefix, options.max_new_tokens,
+                            temperature=options.temperature, top_k=options.top_k, top_p=options.top_p,
+                            generator=generator, vocab_size=vocab_size)
         finally:
             self.net.train(was_training)

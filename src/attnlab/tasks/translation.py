@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import fields
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +36,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
-from ..decoding import beam_search, greedy_search
+from ..decoding import BeamResult, DecodingOptions, beam_search, greedy_search
 from ..decoding.scheduled_sampling import SamplingSchedule, mix_predictions
 from ..metrics.translation import TranslationMetrics
 from ..modules.attention import is_attention_module
@@ -45,8 +46,15 @@ from .protocols import AttentionSample, StepOutput, TranslationRow
 log = logging.getLogger(__name__)
 
 STAGES = ("val", "test", "copy_test")  # copy_test: held-out names (data.copy_names=true), tested after test
-DEFAULT_DECODING = {"beam_size": 1, "length_penalty": 1.0, "max_len_a": 2.0, "max_len_b": 10, "n_best": 1,
-                    "force_eos_at_max_len": True}
+
+
+def decoding_options(values: dict | None, where: str) -> DecodingOptions:
+    """A task config's decoding options (``decoding.val`` / ``.test``), checked once here."""
+    try:
+        return DecodingOptions(**(values or {}))
+    except TypeError:
+        known = ", ".join(f.name for f in fields(DecodingOptions))
+        raise ValueError(f"{where} has keys {sorted(values)}; decoding options are {known}") from None
 
 
 def decode_text(tokenizer: BPETokenizer, ids: Sequence[int] | Tensor) -> str:
@@ -61,10 +69,10 @@ class TranslationTask(Task):
     """Args:
     label_smoothing: ε of the training loss (Szegedy et al. 2016; 0.1 in Vaswani et al.).
     scheduled_sampling: :class:`SamplingSchedule` fields (``schedule: none`` = teacher forcing).
-    decoding: ``{"val": {...}, "test": {...}}`` with ``beam_size``, ``length_penalty``, ``max_len_a``,
-        ``max_len_b`` (max new tokens before EOS = a · source length + b), ``n_best``, ``force_eos_at_max_len``
-        (True, fairseq: a hypothesis cut by the limit ends in a forced, scored EOS; see
-        :func:`~attnlab.decoding.beam.beam_search`).
+    decoding: ``{"val": {...}, "test": {...}}``, each the fields of a
+        :class:`~attnlab.decoding.options.DecodingOptions` (``beam_size``, ``length_penalty``, ``max_len_a``,
+        ``max_len_b``: max new tokens before EOS = a · source length + b, ``n_best``, ``force_eos_at_max_len``:
+        True, fairseq, a hypothesis cut by the limit ends in a forced, scored EOS).
     decode_val_batches: translate only the first N validation batches (None: all); the loss uses all.
     """
 
@@ -80,7 +88,7 @@ class TranslationTask(Task):
         unknown = set(decoding) - {"val", "test"}
         if unknown:
             raise ValueError(f"decoding has keys val and test only, got {sorted(unknown)}")
-        self.decoding = {s: {**DEFAULT_DECODING, **(decoding.get(s) or {})} for s in ("val", "test")}
+        self.decoding = {s: decoding_options(decoding.get(s), f"decoding.{s}") for s in ("val", "test")}
         self.decode_val_batches = decode_val_batches
         self.losses = nn.ModuleDict({s: MeanMetric() for s in STAGES})
         self.name_copied = MeanMetric()  # copy_test: the held-out name appears in the translation
@@ -110,8 +118,7 @@ class TranslationTask(Task):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
-        if "tokenizer" in checkpoint:
-            self.tokenizer = BPETokenizer.from_str(checkpoint["tokenizer"])
+        if "tokenizer" in checkpoint:  # the tokenizer itself: restored by the base
             meta = checkpoint.get("translation", {})
             self.src_eos, self.bucket_names = meta.get("src_eos", True), list(meta.get("bucket_names", []))
 
@@ -148,35 +155,28 @@ class TranslationTask(Task):
 
     # --- translation --------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def translate_batch(self, src: Tensor, src_mask: Tensor, *, beam_size: int = 1, length_penalty: float = 1.0,
-                        max_len_a: float = 2.0, max_len_b: int = 10, n_best: int = 1,
-                        force_eos_at_max_len: bool = True):
+    def translate_batch(self, src: Tensor, src_mask: Tensor, options: DecodingOptions | None = None) -> BeamResult:
         """Beam search -> :class:`~attnlab.decoding.beam.BeamResult` (ids without <bos>); ``beam_size=1`` is greedy
-        decoding, the argmax chain (:func:`~attnlab.decoding.beam.greedy_search`).
+        decoding, the argmax chain (:func:`~attnlab.decoding.beam.greedy_search`). ``options``: the defaults of
+        :class:`~attnlab.decoding.options.DecodingOptions` if None.
 
-        Without early stopping: a sentence is done when no live hypothesis can still beat its beam_size-th finished
-        one. Stopping at the first beam_size finished ones (fairseq's default) let short hypotheses ending early
-        at a smoothed-floor probability (≈ -9 with label smoothing 0.1) fill the finished list while the right one
-        was still growing: on the numbers, beam 5 then returned a *less* likely translation than greedy for 17 of
-        1,000 test sentences (mean log-prob -0.886 vs -0.794); without early stopping, for none (-0.793)."""
-        src_len = src_mask.sum(dim=1)
-        limits = (max_len_a * src_len.float() + max_len_b).long().clamp(min=1)
-        max_len = getattr(self.net, "max_len", None)
-        if max_len is not None:
-            limits = limits.clamp(max=max_len - 1)  # <bos> takes one position (a forced EOS needs no input one)
+        Without early stopping (the options' default): a sentence is done when no live hypothesis can still beat its
+        beam_size-th finished one. Stopping at the first beam_size finished ones (fairseq's default) let short
+        hypotheses ending early at a smoothed-floor probability (≈ -9 with label smoothing 0.1) fill the finished
+        list while the right one was still growing: on the numbers, beam 5 then returned a *less* likely translation
+        than greedy for 17 of 1,000 test sentences (mean log-prob -0.886 vs -0.794); without early stopping, for
+        none (-0.793)."""
+        options = options or DecodingOptions()
+        limits = options.limits(src_mask.sum(dim=1), getattr(self.net, "max_len", None))
         prefix = torch.full((src.shape[0], 1), BOS_ID, dtype=torch.long, device=src.device)
-        if beam_size == 1 and n_best == 1:
-            return greedy_search(self.net.stepper(src, src_mask), prefix, limits=limits.tolist(), eos_id=EOS_ID,
-                                 length_penalty=length_penalty, vocab_size=self.net.vocab_size,
-                                 force_eos_at_max_len=force_eos_at_max_len)
-        return beam_search(self.net.stepper(src, src_mask), prefix, beam_size=beam_size, max_len_a=1.0,
-                           max_len_b=0, src_lengths=limits, eos_id=EOS_ID, length_penalty=length_penalty,
-                           n_best=n_best, vocab_size=self.net.vocab_size, early_stopping=False,
-                           force_eos_at_max_len=force_eos_at_max_len)
+        search = greedy_search if options.beam_size == 1 and options.n_best == 1 else beam_search
+        return search(self.net.stepper(src, src_mask), prefix, options, limits=limits, eos_id=EOS_ID,
+                      vocab_size=self.net.vocab_size)
 
-    def translate_texts(self, src: Tensor, src_mask: Tensor, **decoding) -> tuple[list[str], Tensor]:
+    def translate_texts(self, src: Tensor, src_mask: Tensor,
+                        options: DecodingOptions | None = None) -> tuple[list[str], Tensor]:
         """Best translation of each row as text, and its summed log-probability (B,)."""
-        result = self.translate_batch(src, src_mask, **decoding)
+        result = self.translate_batch(src, src_mask, options)
         return [decode_text(self.tokenizer, ids) for ids in result.best], result.logprobs[:, 0]
 
     # --- validation and test ------------------------------------------------------------------------------------
@@ -186,7 +186,7 @@ class TranslationTask(Task):
             return
         start = time.perf_counter()
         hyps, logprob = self.translate_texts(batch["src"], batch["src_mask"],
-                                             **self.decoding["val" if stage == "val" else "test"])
+                                             self.decoding["val" if stage == "val" else "test"])
         self._decode_time[stage] += time.perf_counter() - start
         self._decoded[stage] += len(hyps)
         self.metrics[stage].update(hyps, batch["tgt_text"], batch["bucket"])
@@ -240,7 +240,7 @@ class TranslationTask(Task):
         self.net.eval()
         try:
             hyps, _ = self.translate_texts(batch["src"].to(self.device), batch["src_mask"].to(self.device),
-                                           **self.decoding["val"])
+                                           self.decoding["val"])
         finally:
             self.net.train(was_training)
         return [TranslationRow(*r) for r in zip(batch["src_text"], batch["tgt_text"], hyps)]

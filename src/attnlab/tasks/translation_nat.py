@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..data.tokenizer import EOS_ID
-from ..decoding.beam import BeamResult
+from ..decoding import BeamResult, DecodingOptions
 from .protocols import StepOutput
 from .translation import TranslationTask
 
@@ -48,17 +48,14 @@ class NATTranslationTask(TranslationTask):
                           batch_size=len(batch["src"]))
 
     @torch.no_grad()
-    def translate_batch(self, src: Tensor, src_mask: Tensor, *, beam_size: int = 1, length_penalty: float = 1.0,
-                        max_len_a: float = 2.0, max_len_b: int = 10, n_best: int = 1,
-                        force_eos_at_max_len: bool = True) -> BeamResult:
+    def translate_batch(self, src: Tensor, src_mask: Tensor, options: DecodingOptions | None = None) -> BeamResult:
         """One decoder pass per candidate length (all candidates batched), ranked by mean token log-prob + length
         log-prob (the mean alone lets a wrong length win whenever its few tokens are confident).
 
-        ``beam_size`` is the number of candidate lengths; ``length_penalty``, ``max_len_*`` and
-        ``force_eos_at_max_len`` do not apply."""
-        if not 1 <= n_best <= beam_size:
-            raise ValueError(f"need 1 <= n_best <= beam_size, got n_best={n_best}, beam_size={beam_size}")
-        net, B, k = self.net, src.shape[0], beam_size
+        The options' ``beam_size`` is the number of candidate lengths, ``n_best`` as in a beam; the others (length
+        penalty and limit, ``force_eos_at_max_len``) do not apply."""
+        options = options or DecodingOptions()
+        net, B, k, n_best = self.net, src.shape[0], options.beam_size, options.n_best
         memory = net.encode(src, src_mask)
         length_logits = net.predict_length_logits(memory, src_mask).float()
         lengths = net.lengths_from_logits(length_logits, src_mask, k, self.length_scale)  # (B, k)
