@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_cli
+from helpers import exactly_equal, run_cli
 
 TESTS = Path(__file__).resolve().parent
 BASE = ["debug=fast", "data.train_size=48", "data.val_size=16", "data.test_size=16", "trainer.limit_train_batches=1.0",
@@ -105,16 +105,6 @@ def _untimed(path: Path) -> dict[str, float]:
     return {k: v for k, v in json.loads(path.read_text()).items() if "per_sec" not in k and not k.startswith("perf/")}
 
 
-def _equal(a, b) -> bool:
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
-    return a == b
-
-
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory, cache_dir):
     """The straight run of a checkpoint mode, made once and shared by every chain of that mode."""
@@ -147,7 +137,7 @@ def _check_chain(chain: list[dict], mode: str, straight_run: Path, tmp_path: Pat
     got = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert got["global_step"] == want["global_step"] == steps  # last.ckpt is the newest state
     for key in ("state_dict", "optimizer_states", "lr_schedulers"):
-        assert _equal(got[key], want[key]), f"{key} differs from the straight run's"
+        assert exactly_equal(got[key], want[key]), f"{key} differs from the straight run's"
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == \
         sorted(p.name for p in (straight_run / "checkpoints").iterdir())  # no PREEMPTED, no temporary file left
     got_log, want_log = _logged(run), _logged(straight_run)
