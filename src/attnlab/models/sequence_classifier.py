@@ -28,11 +28,11 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..choices import ENCODERS
 from ..modules.parts import BlockParts, resolve_positions
 from ..modules.stack import TransformerStack, build_stack
 from .base import TransformerModel
 
-ENCODERS = ("rnn", "cnn", "attention")
 POOLS = ("last", "mean")
 
 

@@ -23,17 +23,18 @@ def at_least(name: str, value: int, lo: int) -> int:
     return value
 
 
-def used_groups(cfg: DictConfig) -> list[str]:
+def used_groups(cfg: DictConfig, narrow: bool = True) -> list[str]:
     """The block groups the chosen model is built from, derived from its config: the groups its ``model.net``
     interpolates (``norm: ${norm}``), narrowed by the net class's ``block_groups(net_cfg, groups)`` where the
-    model reads them only in some settings (the sequence classifier: only its attention encoder)."""
+    model reads them only in some settings (the sequence classifier: only its attention encoder). ``narrow=False``:
+    without that narrowing, which imports the model's class (and torch)."""
     if "model" not in cfg or "net" not in cfg.model:
         return []
     net = OmegaConf.to_container(cfg.model.net, resolve=False)
     text = repr(net)
     groups = [g for g in BLOCK_GROUPS if "${" + g + "}" in text]
     target = net.get("_target_") if isinstance(net, dict) else None
-    if groups and isinstance(target, str) and target.startswith("attnlab."):
+    if narrow and groups and isinstance(target, str) and target.startswith("attnlab."):
         import hydra
 
         narrow = getattr(hydra.utils.get_class(target), "block_groups", None)

@@ -25,16 +25,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
-from ..data.numbers import TARGET_LANGS
-from ..decoding.scheduled_sampling import SCHEDULES
-from ..models.seq2seq_rnn import ATTENTIONS, CELLS
-from ..models.sequence_classifier import ENCODERS
-from ..modules.moe import BALANCE
-from ..modules.parts import PLACEMENTS
+from ..choices import BALANCE, ENCODERS, PLACEMENTS, SCHEDULES, TARGET_LANGS
+from ..choices import RNN_ATTENTIONS as ATTENTIONS
+from ..choices import RNN_CELLS as CELLS
 from .config import BLOCK_GROUPS, ConfigError, flatten, used_groups
 
 # A check returns None for a good value, else what is allowed ("must be a positive integer").
@@ -327,7 +323,7 @@ def _bidirectional_gru(flat: Mapping[str, Any]) -> str | None:
 def _gpu_present(flat: Mapping[str, Any]) -> str | None:
     """trainer=gpu/ddp/fsdp on a machine without CUDA: Lightning's answer is a 4-line instantiate traceback."""
     accelerator = flat.get("trainer.accelerator")
-    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+    if accelerator in ("gpu", "cuda") and not _has_cuda():
         return (f"trainer.accelerator={accelerator} but this machine has no CUDA GPU (torch.cuda.is_available() "
                 f"is False): use trainer=cpu, or trainer=ddp_cpu for DDP with 2 processes on CPU")
     return None
@@ -398,14 +394,15 @@ TOP_KEYS = ("seed", "task_name", "experiment_name", "tags", "train", "test", "co
 _COMPILED = [(_pattern(glob), check) for glob, check in RULES]
 
 
-def _checked_values(cfg: DictConfig, resolved: dict | None = None) -> dict[str, Any]:
+def _checked_values(cfg: DictConfig, resolved: dict | None = None, narrow: bool = True) -> dict[str, Any]:
     """The flattened, resolved values the rules look at: the run's top-level keys, model, data, trainer, paths,
     logger, callbacks, and the block groups the model is built from (``model.net.moe`` etc. are those groups
-    interpolated; they are checked under the group's name). ``resolved``: the whole config already resolved."""
+    interpolated; they are checked under the group's name). ``resolved``: the whole config already resolved.
+    ``narrow``: only the groups the model reads in this setting (:func:`~attnlab.utils.config.used_groups`)."""
     if resolved is None:
         resolved = OmegaConf.to_container(cfg, resolve=True)
     view: dict[str, Any] = {k: resolved[k] for k in TOP_KEYS if k in resolved}
-    for key in ("model", "data", "trainer", "paths", "logger", "callbacks", *used_groups(cfg)):
+    for key in ("model", "data", "trainer", "paths", "logger", "callbacks", *used_groups(cfg, narrow)):
         node = resolved.get(key)
         if isinstance(node, dict) and (len(node) or key not in BLOCK_GROUPS):  # moe=off is {}
             view[key] = node
@@ -478,7 +475,15 @@ def config_problems(cfg: DictConfig) -> list[str]:
         resolved = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as e:  # a key that does not exist, a loop, an unset environment variable
         return [interpolation_message(e)]
-    flat = _checked_values(cfg, resolved)
+    # first over every block group the net interpolates (no torch: narrowing to the groups it reads in this setting
+    # imports its class), and only if a block group's value is named, again over the groups it reads
+    problems = _problems(_checked_values(cfg, resolved, narrow=False))
+    if any(re.search(rf"\b(?:{'|'.join(BLOCK_GROUPS)})\.", p) for p in problems):
+        problems = _problems(_checked_values(cfg, resolved))
+    return problems
+
+
+def _problems(flat: dict[str, Any]) -> list[str]:
     problems = []
     for key, value in flat.items():
         for pattern, check in _COMPILED:
@@ -490,6 +495,12 @@ def config_problems(cfg: DictConfig) -> list[str]:
     if problems:  # relations assume the single values are sane
         return problems
     return [p for relation in RELATIONS if (p := relation(flat))]
+
+
+def _has_cuda() -> bool:
+    import torch  # (only for trainer=gpu: other checks need no torch, so a refusal answers before it is imported)
+
+    return torch.cuda.is_available()
 
 
 def validate_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
