@@ -47,7 +47,8 @@ def point(hook: str, signal: str, step: int | None = None, file: str | None = No
 
 KILLED = -9  # subprocess's return code for SIGKILL
 # SIGTERM/SIGINT in training: a checkpoint at the next step boundary (or, in an epoch's last step or validation, at
-# that epoch's end), exit 0 / 130; SIGTERM in the test: Lightning's handler ends it (exit 0, no metrics.json)
+# that epoch's end), exit 0 / 130; in the test: stop after that test batch, exit 0 / 130, no metrics.json. Either
+# way job_status.json says "interrupted" until a resumed part finishes.
 DEFAULT = [
     point("on_train_batch_end", "SIGTERM", step=2),  # mid-epoch: preemption checkpoint after step 3
     point("after_save", "SIGKILL", step=6, file="last.ckpt", rc=KILLED),  # just after an epoch checkpoint
@@ -61,7 +62,7 @@ SLOW = {
         point("on_train_batch_end", "SIGKILL", step=10, rc=KILLED),  # mid-epoch: steps 10 and up are done again
         point("on_validation_batch_end", "SIGTERM", step=12),
         point("on_train_epoch_start", "SIGKILL", step=12, rc=KILLED),
-        point("on_test_batch_end", "SIGINT", rc=1),  # Lightning's KeyboardInterrupt path
+        point("on_test_batch_end", "SIGINT", rc=130),
         point("on_fit_end", "SIGKILL", step=18, rc=KILLED),  # trained, before the test
     ],
     "topk_superseded": [
@@ -129,6 +130,10 @@ def _check_chain(chain: list[dict], mode: str, straight_run: Path, tmp_path: Pat
     for i, fault in enumerate(chain):
         r = _run(base, log_dir, cache_dir, fault, resume=i > 0)
         assert r.returncode == fault["rc"], f"part {i} stopped at {fault}: exit {r.returncode}\n{r.stdout[-3000:]}"
+        if fault["signal"] != "SIGKILL":  # a stop the run saw: marked as such, in training and in the test alike
+            status = json.loads((_only_run(log_dir) / "job_status.json").read_text())
+            assert status["status"] == "interrupted" and fault["signal"] in status["error"], status
+            assert not (_only_run(log_dir) / "metrics.json").exists()
     r = _run(base, log_dir, cache_dir, resume=True)
     assert r.returncode == 0, r.stdout[-3000:]
     run = _only_run(log_dir)
