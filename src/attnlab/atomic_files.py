@@ -46,9 +46,9 @@ def _free(folder: Path) -> int | None:
 
 def disk_full(error: BaseException, path: str | Path, needed: int | None = None) -> DiskFullError | None:
     """The one-line DiskFullError for ``error``, raised while writing ``path`` (``needed``: its size in bytes, if
-    known), if the disk was full; None for any other failure."""
+    known; a folder: a file under it), if the disk was full; None for any other failure."""
     path = Path(path)
-    free = _free(path.parent)
+    free = _free(path if path.is_dir() else path.parent)
     seen, e, full = set(), error, False
     while e is not None and id(e) not in seen:  # the OSError may be the context of torch's RuntimeError
         seen.add(id(e))

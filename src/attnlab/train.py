@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from . import ddp, resume, run_folder
 from .allowed_targets import check_targets
-from .atomic_files import write_atomic
+from .atomic_files import disk_full, write_atomic
 from .errors import CheckpointWriteError, NonFiniteLossError, find_user_error, one_line_message
 from .paths import CONF_DIR
 from .quoting import shell_override
@@ -234,7 +234,9 @@ def _main(cfg: DictConfig) -> float | None:
             return float("nan")
         sys.exit(1)
     except Exception as e:
-        user_error = find_user_error(e)  # a bad input (config, data, checkpoint): one line, no traceback
+        # a bad input (config, data, checkpoint), or a full disk under a writer not ours (Lightning's CSV logger, W&B's
+        # files): one line, no traceback
+        user_error = find_user_error(e) or disk_full(e, getattr(e, "filename", None) or job_dir)
         if user_error is not None and os.environ.get("HYDRA_FULL_ERROR") != "1":
             log.error(one_line_message(user_error))
             if in_sweep:
