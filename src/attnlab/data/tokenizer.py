@@ -21,8 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
