@@ -42,6 +42,20 @@ def run_cli(args: list[str], cache_dir: str | None = None, timeout: int = 300,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def exactly_equal(a, b) -> bool:
+    """Nested containers of tensors and plain values (checkpoint contents), compared exactly: tensors bit for bit
+    with their dtype, containers of the same type."""
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(exactly_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(exactly_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
 def run_bench_quick(only: str) -> str:
     """``python -m bench --quick --only <only>`` from the repository root, one thread, one repeat; its output
     (the run must succeed)."""

@@ -416,9 +416,10 @@ def test_damaged_or_foreign_checkpoints_through_the_entry_points(case, tmp_path,
         "synthesize_no_hparams": ("synthesize.py", f"ckpt={ckpt}", "text=one", f"hydra.run.dir={run}"),
         # the default model translates: a language model's checkpoint is refused before Lightning is imported
         "train_other_family": ("train.py", "debug=fast", f"ckpt_path={ckpt}", *QUIET, f"hydra.run.dir={run}"),
-        # model=causal_lm with its own sizes: the 16-wide, 1-layer checkpoint does not fit (checked once built)
-        "train_other_sizes": ("train.py", "model=causal_lm", "debug=fast", f"ckpt_path={ckpt}", *QUIET,
-                              f"hydra.run.dir={run}"),
+        # model=causal_lm with its own sizes: the 16-wide, 1-layer checkpoint does not fit (checked once built);
+        # its data settings (other data are refused before Lightning, tests/test_run_folder.py)
+        "train_other_sizes": ("train.py", "model=causal_lm", "debug=fast", "data.seq_len=16", "data.vocab_size=300",
+                              f"ckpt_path={ckpt}", *QUIET, f"hydra.run.dir={run}"),
     }[case]
     text = {"translate_size": "size mismatch for net.", "generate_no_tokenizer": "has no tokenizer",
             "synthesize_no_hparams": "has no hyper_parameters",

@@ -89,6 +89,9 @@ def test_generate_cli_writes_samples(trained_ckpt, cache_dir, tmp_path):
     assert proc.returncode == 0, out[-3000:]
     assert "--- sample 0 ---" in proc.stdout and "--- sample 1 ---" in proc.stdout, out[-3000:]
     assert "--- sample 2 ---" not in proc.stdout
+    # stdout is the samples only: the log line (with its colour codes) goes to stderr
+    assert "\x1b[" not in proc.stdout and "samples written" not in proc.stdout.lower(), proc.stdout[-2000:]
+    assert "[INFO]" not in proc.stdout and "INFO" in proc.stderr, proc.stdout[-2000:]
     samples = run_dir / "samples.txt"
     assert samples.is_file()
     text = samples.read_text()
@@ -118,7 +121,7 @@ def test_generate_cli_not_a_language_model_checkpoint(cache_dir, tmp_path):
     torch.save({"a": 1}, bogus)
     proc = run_generate(f"ckpt_path={bogus}", f"hydra.run.dir={tmp_path / 'gen'}", cache_dir=cache_dir)
     _one_line_error(proc, "not a language-model checkpoint")
-    out = proc.stdout + proc.stderr  # generate logs to stdout too
+    out = proc.stdout + proc.stderr
     notes = [line for line in out.splitlines() if "ckpt_path=" in line]
     assert len(notes) == 1 and "use ckpt=" in notes[0], out[-3000:]
 

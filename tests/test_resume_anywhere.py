@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_cli
+from helpers import exactly_equal, run_cli
 
 TESTS = Path(__file__).resolve().parent
 BASE = ["debug=fast", "data.train_size=48", "data.val_size=16", "data.test_size=16", "trainer.limit_train_batches=1.0",
@@ -47,7 +47,8 @@ def point(hook: str, signal: str, step: int | None = None, file: str | None = No
 
 KILLED = -9  # subprocess's return code for SIGKILL
 # SIGTERM/SIGINT in training: a checkpoint at the next step boundary (or, in an epoch's last step or validation, at
-# that epoch's end), exit 0 / 130; SIGTERM in the test: Lightning's handler ends it (exit 0, no metrics.json)
+# that epoch's end), exit 0 / 130; in the test: stop after that test batch, exit 0 / 130, no metrics.json. Either
+# way job_status.json says "interrupted" until a resumed part finishes.
 DEFAULT = [
     point("on_train_batch_end", "SIGTERM", step=2),  # mid-epoch: preemption checkpoint after step 3
     point("after_save", "SIGKILL", step=6, file="last.ckpt", rc=KILLED),  # just after an epoch checkpoint
@@ -61,7 +62,7 @@ SLOW = {
         point("on_train_batch_end", "SIGKILL", step=10, rc=KILLED),  # mid-epoch: steps 10 and up are done again
         point("on_validation_batch_end", "SIGTERM", step=12),
         point("on_train_epoch_start", "SIGKILL", step=12, rc=KILLED),
-        point("on_test_batch_end", "SIGINT", rc=1),  # Lightning's KeyboardInterrupt path
+        point("on_test_batch_end", "SIGINT", rc=130),
         point("on_fit_end", "SIGKILL", step=18, rc=KILLED),  # trained, before the test
     ],
     "topk_superseded": [
@@ -105,16 +106,6 @@ def _untimed(path: Path) -> dict[str, float]:
     return {k: v for k, v in json.loads(path.read_text()).items() if "per_sec" not in k and not k.startswith("perf/")}
 
 
-def _equal(a, b) -> bool:
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
-    return a == b
-
-
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory, cache_dir):
     """The straight run of a checkpoint mode, made once and shared by every chain of that mode."""
@@ -139,6 +130,10 @@ def _check_chain(chain: list[dict], mode: str, straight_run: Path, tmp_path: Pat
     for i, fault in enumerate(chain):
         r = _run(base, log_dir, cache_dir, fault, resume=i > 0)
         assert r.returncode == fault["rc"], f"part {i} stopped at {fault}: exit {r.returncode}\n{r.stdout[-3000:]}"
+        if fault["signal"] != "SIGKILL":  # a stop the run saw: marked as such, in training and in the test alike
+            status = json.loads((_only_run(log_dir) / "job_status.json").read_text())
+            assert status["status"] == "interrupted" and fault["signal"] in status["error"], status
+            assert not (_only_run(log_dir) / "metrics.json").exists()
     r = _run(base, log_dir, cache_dir, resume=True)
     assert r.returncode == 0, r.stdout[-3000:]
     run = _only_run(log_dir)
@@ -147,7 +142,7 @@ def _check_chain(chain: list[dict], mode: str, straight_run: Path, tmp_path: Pat
     got = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert got["global_step"] == want["global_step"] == steps  # last.ckpt is the newest state
     for key in ("state_dict", "optimizer_states", "lr_schedulers"):
-        assert _equal(got[key], want[key]), f"{key} differs from the straight run's"
+        assert exactly_equal(got[key], want[key]), f"{key} differs from the straight run's"
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == \
         sorted(p.name for p in (straight_run / "checkpoints").iterdir())  # no PREEMPTED, no temporary file left
     got_log, want_log = _logged(run), _logged(straight_run)

@@ -271,17 +271,20 @@ def test_resume_names_every_data_key_that_changed(option, finished):
     """For each data option, each of its keys changed alone is a difference named by that key (a key the model is
     sized from also changes the model, which is refused first), except the keys of how data are loaded
     (resume.LOADING_ONLY). check_resume refuses exactly when data_differences is not empty (the test below and
-    test_train_py_resume_with_other_data...)."""
+    test_train_py_resume_with_other_data...). The same for ``ckpt_path=``, whose side of the comparison is the data
+    module's arguments saved in the checkpoint (test_train_py_ckpt_path_with_other_data_is_refused)."""
     root = OmegaConf.load(finished / resume.SAVED_CONFIG)
     root.data = OmegaConf.load(CONF_DIR / "data" / f"{option}.yaml")
+    saved_args = {k: v for k, v in OmegaConf.to_container(root.data, resolve=True).items() if k != "_target_"}
     keys, wrong = _data_keys(option), []
     for key in keys:
         current = root.copy()
         OmegaConf.update(current, key, _changed(OmegaConf.select(root, key)), merge=False)
-        found = resume.data_differences(root.data, current.data)
         expected = [] if key.split(".")[1] in resume.LOADING_ONLY else [key]
-        if [d.split("=")[0] for d in found] != expected:
-            wrong.append((key, found))
+        for found in (resume.data_differences(root.data, current.data),
+                      resume.checkpoint_data_differences(saved_args, current.data)):
+            if [d.split("=")[0] for d in found] != expected:
+                wrong.append((key, found))
     assert keys and not wrong, wrong
 
 
@@ -315,6 +318,32 @@ def test_train_py_resume_with_other_data_is_refused_before_anything_is_written(f
     assert snapshot(run) == before
 
 
+def test_train_py_ckpt_path_with_other_data_is_refused(finished, cache_dir, tmp_path):
+    """A new run from a checkpoint's training state (ckpt_path=) is compared with the checkpoint's data as resume=
+    is: one line naming the key, before Lightning is imported; no run folder left, the checkpoint's run untouched."""
+    run = copy_of(finished, tmp_path / "lm")
+    before = snapshot(run)
+    new = tmp_path / "new"
+    out = run_cli([*EPOCH, f"ckpt_path={run / resume.LAST}", "data.val_fraction=0.2", f"hydra.run.dir={new}"],
+                  cache_dir, timeout=120)
+    assert out.returncode == 2, out.stdout[-3000:]
+    line = refusal(out.stdout, "was trained on other data", False)
+    assert f"ckpt_path={run / resume.LAST}" in line and "(data.val_fraction=0.05 there, 0.2 here)" in line, line
+    assert snapshot(run) == before and not new.exists()
+
+
+def test_ckpt_path_compares_the_tokenizer_itself_with_the_checkpoints(finished, cache_dir, edited_book, tmp_path):
+    """The same data settings can give another tokenizer (a text file edited since): train.py's run compares the
+    data's tokenizer with the checkpoint's before any logger or trainer exists, for ckpt_path= as for resume=."""
+    from attnlab.train import run
+
+    cfg = compose_train([*EPOCH, f"ckpt_path={finished / resume.LAST}", "data.source=text_file",
+                         f"data.path={edited_book}"], tmp_path / "new", cache_dir)
+    with pytest.raises(resume.ResumeError, match=r"^ckpt_path: the tokenizer these data give is not the one saved"):
+        run(cfg)
+    assert not (tmp_path / "new").exists()
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # resume=auto: the newest run of this model or a refusal saying which and why
 # ----------------------------------------------------------------------------------------------------------------
@@ -339,7 +368,15 @@ def test_resume_auto_never_falls_back_to_an_older_run(finished, cache_dir, tmp_p
     assert snapshot(runs) == before and sorted(runs.iterdir()) == [older, killed]
 
 
-def test_resume_compares_the_tokenizer_itself_with_the_checkpoints(finished, cache_dir, tmp_path):
+@pytest.fixture(scope="module")
+def edited_book(tmp_path_factory) -> Path:
+    """A text file of other text than the finished run's corpus (its tokenizer is trained once, then cached)."""
+    edited = tmp_path_factory.mktemp("edited") / "book.txt"
+    edited.write_text(pydoc_text()[:30_000], encoding="utf-8")
+    return edited
+
+
+def test_resume_compares_the_tokenizer_itself_with_the_checkpoints(finished, cache_dir, edited_book):
     """The same data config can give another tokenizer (a text file edited between the parts): train.py compares
     the data's tokenizer with the one the checkpoint holds before training (real datamodules, real checkpoint)."""
     import hydra
@@ -350,9 +387,7 @@ def test_resume_compares_the_tokenizer_itself_with_the_checkpoints(finished, cac
     same.setup("fit")
     resume.check_tokenizer(finished / resume.LAST, same)  # the first part's data: its tokenizer
 
-    edited = tmp_path / "book.txt"
-    edited.write_text(pydoc_text()[:30_000], encoding="utf-8")
-    other = hydra.utils.instantiate(saved.data, source="text_file", path=str(edited))
+    other = hydra.utils.instantiate(saved.data, source="text_file", path=str(edited_book))
     other.setup("fit")
     with pytest.raises(resume.ResumeError, match="the tokenizer these data give is not the one saved in"):
         resume.check_tokenizer(finished / resume.LAST, other)

@@ -301,13 +301,14 @@ def check_tokenizer(text: Any, path: str | Path, key: str = "tokenizer") -> None
                               f"module): its output could not be decoded")
 
 
-def check_for_model(path: str | Path, model_cfg: Any) -> None:
+def check_for_model(path: str | Path, model_cfg: Any) -> dict | None:
     """``train.py ckpt_path=`` / ``resume=``: the checkpoint Lightning will restore is data (every ``_target_`` and
     its ``task_class`` allowed) and of the family ``model_cfg`` builds; one line otherwise. Needs no model, so it
     runs before Lightning is imported; whether the weights fit is checked once the model is built
-    (:func:`check_fits`, from ``Task.on_load_checkpoint``)."""
+    (:func:`check_fits`, from ``Task.on_load_checkpoint``). Returns the checkpoint read (memory-mapped), None for
+    a name Lightning resolves itself (``last``, a URL)."""
     if path is None or str(path) in LIGHTNING_CKPT_NAMES or "://" in str(path):
-        return
+        return None
     path = Path(str(path)).expanduser()
     ckpt = checked_contents(path)
     name = ckpt.get("task_class")
@@ -321,6 +322,7 @@ def check_for_model(path: str | Path, model_cfg: Any) -> None:
         raise CheckpointError(f"{path} is {family} checkpoint ({name.rsplit('.', 1)[-1]}), but this run builds "
                               f"{mine} ({str(want).rsplit('.', 1)[-1]}): choose its model= (see its run's "
                               f".hydra/overrides.yaml)")
+    return ckpt
 
 
 def check_file_fits(model: torch.nn.Module, path: str | Path | None) -> None:
@@ -339,27 +341,25 @@ def check_file_fits(model: torch.nn.Module, path: str | Path | None) -> None:
     check_fits(model, state, path)
 
 
-def check_resumed_run(run_dir: str | Path, ckpt: str | Path | None = None, model_cfg: Any = None) -> None:
-    """``resume=<run>``: neither the run's saved config nor the checkpoint to continue from names code outside the
-    allow-list, and the checkpoint is of this model's family; checked before Hydra writes anything there."""
-    from omegaconf import OmegaConf, open_dict
+def check_run_config(saved: Any, where: str | Path) -> None:
+    """``resume=<run>``: the run's saved config (read once, by the caller) names no code outside the allow-list;
+    checked before Hydra writes anything there. Resume builds nothing from it: it resolves its model and data to
+    compare them, so the callbacks and loggers a run added (a user's own ``+callbacks.x._target_=...``) are not
+    read, and not refused."""
+    from omegaconf import DictConfig, open_dict
 
     from .allowed_targets import check_targets
 
-    saved = Path(run_dir) / ".hydra" / "config.yaml"
-    if saved.is_file():
-        try:
-            cfg = OmegaConf.load(saved)
-            # resume builds nothing from the saved config; it resolves its model and data to compare them. The
-            # callbacks and loggers a run added (a user's own `+callbacks.x._target_=...`) are not read: not refused
-            with open_dict(cfg):
-                for group in ("callbacks", "logger"):
-                    if group in cfg:
-                        cfg[group] = {}
-            check_targets(cfg, str(saved), "run")
-        except UserError:
-            raise
-        except Exception:  # noqa: BLE001 - unreadable YAML: not ours to judge here (resume compares what it can)
-            pass
-    if ckpt is not None:
-        check_for_model(ckpt, model_cfg)
+    if not isinstance(saved, DictConfig):
+        return
+    cfg = saved.copy()
+    try:
+        with open_dict(cfg):
+            for group in ("callbacks", "logger"):
+                if group in cfg:
+                    cfg[group] = {}
+        check_targets(cfg, str(where), "run")
+    except UserError:
+        raise
+    except Exception:  # noqa: BLE001 - a config that does not resolve: not ours to judge here (resume compares
+        pass  # what it can)

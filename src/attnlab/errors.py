@@ -69,3 +69,9 @@ def one_line_errors(log: logging.Logger) -> Iterator[None]:
             raise
         log.error(one_line_message(err))
         sys.exit(err.exit_code)
+
+
+class DiskFullError(UserError, OSError):
+    """A write found the disk full or over quota (ENOSPC, EDQUOT): one line naming the file, the space it needed and
+    the space free; exit 2. Every writer of a run writes a temporary file and renames it, so nothing already written
+    is lost (the previous ``last.ckpt``, the cache's complete files). Raised by :mod:`attnlab.atomic_files`."""

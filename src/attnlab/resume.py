@@ -109,9 +109,24 @@ def data_differences(there: Any, here: Any) -> list[str]:
     except Exception:  # noqa: BLE001 - an interpolation that needs the run's own context: compare as written
         a, b = (OmegaConf.to_container(n, resolve=False) for n in (there, here))
     flat_a, flat_b = _flatten(a, "data"), _flatten(b, "data")
+    return _data_changes(flat_a, flat_b, set(flat_a) | set(flat_b))
+
+
+def checkpoint_data_differences(saved_args: Any, here: Any) -> list[str]:
+    """What differs between the data a checkpoint was trained on and a resolved ``data`` config node, as
+    :func:`data_differences` says it. The checkpoint's side is the data module's arguments, which Lightning saves as
+    ``datamodule_hyper_parameters``; only the keys both name are compared (an argument the config leaves at its
+    default, a key an older checkpoint lacks: unknown). No saved arguments (a data module that saves none): []."""
+    if not isinstance(saved_args, dict) or not isinstance(here, DictConfig):
+        return []
+    flat_a = _flatten(saved_args, "data")
+    flat_b = _flatten(OmegaConf.to_container(here, resolve=True), "data")
+    return _data_changes(flat_a, flat_b, (set(flat_a) & set(flat_b)) - {"data._target_"})
+
+
+def _data_changes(flat_a: dict[str, Any], flat_b: dict[str, Any], keys: set[str]) -> list[str]:
     missing = object()
-    return [f"{k}={flat_a.get(k, '<unset>')} there, {flat_b.get(k, '<unset>')} here"
-            for k in sorted(set(flat_a) | set(flat_b))
+    return [f"{k}={flat_a.get(k, '<unset>')} there, {flat_b.get(k, '<unset>')} here" for k in sorted(keys)
             if k.split(".")[1] not in LOADING_ONLY and flat_a.get(k, missing) != flat_b.get(k, missing)]
 
 
@@ -122,6 +137,19 @@ def optimizer_difference(there: DictConfig, here: DictConfig) -> str | None:
     return None if a == b else f"optim._target_={a} there, {b} here"
 
 
+def check_checkpoint_data(ckpt: Any, path: str | Path, data_cfg: Any) -> None:
+    """``train.py ckpt_path=``: a new run from a checkpoint's full training state trains on the data it was trained
+    on, as ``resume=`` does (:func:`data_differences`); ResumeError (one line naming the keys) otherwise. The data
+    decide the tokenizer: other data would train the checkpoint's embeddings on another tokenizer's ids."""
+    differences = checkpoint_data_differences((ckpt or {}).get("datamodule_hyper_parameters"), data_cfg)
+    if differences:
+        shown = "; ".join(differences[:3]) + ("; ..." if len(differences) > 3 else "")
+        overrides = Path(path).parent.parent / ".hydra" / "overrides.yaml"
+        see = f" (see {overrides})" if overrides.is_file() else ""
+        raise ResumeError(f"ckpt_path={path} was trained on other data ({shown}): its weights are indexed by the "
+                          f"tokenizer and ids of those; give its run's data overrides{see}")
+
+
 def saved_config(run_dir: str | Path) -> DictConfig | None:
     try:
         saved = OmegaConf.load(Path(run_dir) / SAVED_CONFIG)
@@ -130,9 +158,10 @@ def saved_config(run_dir: str | Path) -> DictConfig | None:
     return saved if isinstance(saved, DictConfig) else None
 
 
-def check_tokenizer(ckpt_path: str | Path, datamodule: Any) -> None:
-    """The datamodule's tokenizer (after ``setup``) must be the one saved in the checkpoint: the checkpoint's
-    embeddings and output layer are indexed by its ids. ResumeError (one line) otherwise."""
+def check_tokenizer(ckpt_path: str | Path, datamodule: Any, option: str = "resume") -> None:
+    """The datamodule's tokenizer (after ``setup``) must be the one saved in the checkpoint that ``option``
+    (``resume=`` or ``ckpt_path=``) continues from: the checkpoint's embeddings and output layer are indexed by its
+    ids. ResumeError (one line) otherwise."""
     tok = getattr(datamodule, "tokenizer", None)
     if tok is None or not hasattr(tok, "to_str"):
         return
@@ -143,9 +172,10 @@ def check_tokenizer(ckpt_path: str | Path, datamodule: Any) -> None:
     except UserError:  # unreadable here: the checkpoint loader names the problem
         return
     if saved is not None and saved != tok.to_str():
-        raise ResumeError(f"resume: the tokenizer these data give is not the one saved in {ckpt_path} (its ids "
-                          f"would not match the checkpoint's embeddings): the corpus changed since the first part; "
-                          f"restore it, or start a new run")
+        since = "since the first part" if option == "resume" else "since that run"
+        raise ResumeError(f"{option}: the tokenizer these data give is not the one saved in {ckpt_path} (its ids "
+                          f"would not match the checkpoint's embeddings): the corpus changed {since}; restore it, or "
+                          f"start a new run")
 
 
 # ----------------------------------------------------------------------------------------------------------------

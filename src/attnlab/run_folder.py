@@ -47,7 +47,6 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from . import resume
-from .checkpoints import check_resumed_run
 from .errors import UserError, one_line_message
 from .run_lock import LOCK_NAME, RunLock
 
@@ -320,9 +319,11 @@ def check_resume(config: DictConfig, run_dir: Path) -> None:
         newer = [(r, m) for r in (order[:order.index(run_dir)] if run_dir in order else [])[:20]
                  for m in [resume.saved_model(r)] if m is not None and resume.model_differences(m, here)]
         _auto_skipped[run_dir] = ", ".join(f"{r.name} ({resume.describe(m)})" for r, m in newer[:3])
+    from .checkpoints import check_for_model, check_run_config  # (torch: only when resuming)
+
     ckpt = resume.last_checkpoint(run_dir, value)
-    check_resumed_run(run_dir)  # its saved config names only attnlab's own code (a checkpoint is data)
-    saved = resume.saved_config(run_dir)
+    saved = resume.saved_config(run_dir)  # read once: checked, compared, and kept for train.py's warnings
+    check_run_config(saved, run_dir / resume.SAVED_CONFIG)  # names only attnlab's own code (a checkpoint is data)
     there = resume.model_identity(saved.get("model")) if saved is not None else None
     differences = resume.model_differences(there, here) if there is not None else []
     if differences:
@@ -340,7 +341,7 @@ def check_resume(config: DictConfig, run_dir: Path) -> None:
         raise resume.ResumeError(f"resume={value}: {run_dir} was trained with another optimizer ({other}): its checkpoint holds that "
                                  f"optimizer's state; give the first part's optim= (see {run_dir / resume.SAVED_CONFIG})")
     resume.check_intact(ckpt, option="resume")
-    check_resumed_run(run_dir, ckpt, config.get("model"))  # the checkpoint too, and it is of this model's family
+    check_for_model(ckpt, config.get("model"))  # the checkpoint is data too, and of this model's family
     if saved is not None:
         _previous_configs[run_dir] = saved
 

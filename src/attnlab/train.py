@@ -21,9 +21,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from . import ddp, resume, run_folder
 from .allowed_targets import check_targets
-from .checkpoints import check_file_fits, check_for_model, release, verified  # weights_only=True, refusals are one line
+from .atomic_files import disk_full, write_atomic
 from .errors import CheckpointWriteError, NonFiniteLossError, find_user_error, one_line_message
 from .paths import CONF_DIR
+from .quoting import shell_override
 from .utils.hardware import slow_bf16_warning
 from .utils.sweep import WANDB_TAG_MAX, one_line, setting_name, setting_overrides, write_job_status
 from .utils.config import ConfigError, auto_tags, check_block_groups, flatten, print_config_tree, used_groups
@@ -136,15 +137,18 @@ def run(cfg: DictConfig) -> dict[str, float]:
     """Fit and test as the config says; return the final metrics (floats)."""
     import lightning as L
 
+    from .checkpoints import check_file_fits
+
     ddp.install()  # before the Trainer exists: DDP ranks re-run this job's saved config (see ddp.py)
     L.seed_everything(cfg.seed, workers=True)
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     model = build_model(cfg.model, cfg.get("optim"), cfg.get("sched"))
     check_file_fits(model, cfg.get("ckpt_path"))  # ckpt_path=/resume= of other sizes or parts: one line, no logger yet
-    if cfg.get("resume") and _rank_zero() and hasattr(datamodule, "tokenizer"):  # before any logger or checkpoint
-        # is opened; the text datamodules' setup is idempotent (Lightning's own call then returns at once)
+    ckpt_file = cfg.get("ckpt_path") and Path(str(cfg.ckpt_path)).is_file()  # resume= sets ckpt_path too
+    if ckpt_file and _rank_zero() and hasattr(datamodule, "tokenizer"):  # before any logger or checkpoint is
+        # opened; the text datamodules' setup is idempotent (Lightning's own call then returns at once)
         datamodule.setup("fit")
-        resume.check_tokenizer(cfg.ckpt_path, datamodule)
+        resume.check_tokenizer(cfg.ckpt_path, datamodule, "resume" if cfg.get("resume") else "ckpt_path")
     prepare_loggers(cfg)
     callbacks = instantiate_all(cfg.get("callbacks"))
     loggers = instantiate_all(cfg.get("logger"))
@@ -166,6 +170,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
 
 
 def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, model, datamodule, metrics: dict) -> None:
+    from .checkpoints import release, verified  # weights_only=True, refusals are one line
+
     if cfg.get("train"):
         ckpt_path = verified(cfg.get("ckpt_path"))  # from the read every check of it shared
         release()  # that read's tensors: Lightning reads the file itself
@@ -178,25 +184,37 @@ def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, model, datamodule, metric
         from .callbacks.preemption import preemption_signal
 
         if signame := preemption_signal(trainer):
-            # The machine is going away: no test, and a sweep stops here too (resume=auto continues this job).
-            log.warning(f"preempted by {signame}: not testing; continue with resume=auto (or ckpt_path=...)")
-            raise SystemExit(130 if signame == "SIGINT" else 0)  # Ctrl+C: the shell's status for an interrupt
+            _interrupted(cfg, signame, "in training: not testing")
     if cfg.get("test"):
+        from .callbacks.preemption import TestInterrupted
+
         # After training: the best checkpoint (the last weights if none was kept). Test only: ckpt_path.
         best = getattr(trainer.checkpoint_callback, "best_model_path", "") if cfg.get("train") else ""
         ckpt = best or (None if cfg.get("train") else cfg.get("ckpt_path"))
         ckpt = verified(ckpt)
         release()
-        trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True)
+        try:
+            trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True)
+        except TestInterrupted as e:
+            _interrupted(cfg, e.signame, "in the test: no metrics.json")
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+
+
+def _interrupted(cfg: DictConfig, signame: str, where: str) -> None:
+    """A preemption or Ctrl+C stopped the run (its state is in last.ckpt): marked interrupted in job_status.json,
+    exit 0 (SIGTERM, SIGUSR1: a scheduler's requeue) or 130 (Ctrl+C, the shell's status for an interrupt). The
+    machine is going away: a sweep stops here too; resume= continues this job (and runs its test)."""
+    run_dir = Path(cfg.paths.output_dir)
+    if _rank_zero():
+        write_job_status(run_dir, _task_overrides(), interrupted=signame)
+    log.warning(f"stopped by {signame} {where}; continue with {shell_override('resume', run_dir)}")
+    raise SystemExit(130 if signame == "SIGINT" else 0)
 
 
 def write_metrics(run_dir: Path, metrics: dict[str, float]) -> None:
     """The run's final metrics as ``<run dir>/metrics.json``: what scripts (the claims report, notebooks) read back
     without parsing W&B's binary files. Written through a temporary file so a crash never leaves half of it."""
-    tmp = run_dir / "metrics.json.tmp"
-    tmp.write_text(json.dumps(metrics, indent=1, sort_keys=True))
-    tmp.replace(run_dir / "metrics.json")
+    write_atomic(run_dir / "metrics.json", json.dumps(metrics, indent=1, sort_keys=True))
 
 
 def finish_loggers(loggers: list) -> None:
@@ -227,7 +245,9 @@ def _main(cfg: DictConfig) -> float | None:
             return float("nan")
         sys.exit(1)
     except Exception as e:
-        user_error = find_user_error(e)  # a bad input (config, data, checkpoint): one line, no traceback
+        # a bad input (config, data, checkpoint), or a full disk under a writer not ours (Lightning's CSV logger, W&B's
+        # files): one line, no traceback
+        user_error = find_user_error(e) or disk_full(e, getattr(e, "filename", None) or job_dir)
         if user_error is not None and os.environ.get("HYDRA_FULL_ERROR") != "1":
             log.error(one_line_message(user_error))
             if in_sweep:
@@ -286,7 +306,18 @@ def train_job(cfg: DictConfig, hc) -> float | None:
     if cfg.get("ckpt_path") and not cfg.get("resume") and Path(str(cfg.ckpt_path)).is_file():
         # (resume=: checked by run_folder.RunFolderGuard; "last"/"best" and URLs are Lightning's to find)
         resume.check_intact(cfg.ckpt_path, option="ckpt_path")
-    check_for_model(cfg.get("ckpt_path"), cfg.model)  # data only, this model's family: before Lightning is imported
+    named = str(cfg.get("ckpt_path") or "")
+    if named and named not in ("last", "best", "hpc") and "://" not in named and not Path(named).expanduser().is_file():
+        raise ConfigError(f"checkpoint not found: {Path(named).expanduser().resolve()}")  # (before torch is imported)
+    ckpt = None
+    if cfg.get("ckpt_path"):  # (torch is imported only for a checkpoint: a refusal before it answers sooner)
+        from .checkpoints import check_for_model
+
+        ckpt = check_for_model(cfg.ckpt_path, cfg.model)  # data only, this model's family: before Lightning
+    if ckpt is not None and not cfg.get("resume") and cfg.get("train"):
+        # a new run from the checkpoint's training state trains on its data (resume=: checked by RunFolderGuard)
+        resume.check_checkpoint_data(ckpt, cfg.ckpt_path, cfg.data)
+    del ckpt  # (memory-mapped)
     slow = slow_bf16_warning(cfg.trainer.get("precision"), cfg.trainer.get("accelerator", "auto"))
     if slow:
         log.warning(slow)

@@ -16,7 +16,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from helpers import compose_train, run_cli
+from helpers import compose_train, exactly_equal, run_cli
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -266,15 +266,4 @@ def test_preempted_before_the_first_checkpoint_then_resume_auto_keeps_last_ckpt_
     want = torch.load(tmp_path / "straight" / "checkpoints" / "last.ckpt", weights_only=False)
     assert got["global_step"] == want["global_step"] == step + 3
     for key in ("state_dict", "optimizer_states", "lr_schedulers"):
-        assert _equal(got[key], want[key]), key
-
-
-def _equal(a, b) -> bool:
-    """Nested containers of tensors and plain values, compared exactly (bit for bit for tensors)."""
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
-    return a == b
+        assert exactly_equal(got[key], want[key]), key

@@ -74,7 +74,7 @@ import torch
 from ..quoting import shell_override
 from ..utils.config import at_least
 
-__all__ = ["PreemptionCheckpoint", "preemption_signal"]
+__all__ = ["PreemptionCheckpoint", "TestInterrupted", "preemption_signal"]
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,16 @@ def preemption_signal(trainer: L.Trainer) -> str | None:
         if isinstance(cb, PreemptionCheckpoint) and cb.preempted:
             return cb.preempted
     return None
+
+
+class TestInterrupted(Exception):
+    """One of the signals arrived during ``trainer.test``: raised at the end of the test batch that saw it (the
+    training state is all in ``last.ckpt``, nothing to save); ``train.py`` marks the run interrupted and exits as for
+    a stop in training, and ``resume=`` runs the test again."""
+
+    def __init__(self, signame: str):
+        super().__init__(f"the test was stopped by {signame}")
+        self.signame = signame
 
 
 class PreemptionCheckpoint(L.Callback):
@@ -205,6 +215,25 @@ class PreemptionCheckpoint(L.Callback):
         self._restore()
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._restore()
+
+    # the test phase: no state to save; stop after the batch that saw the signal (Lightning's own SIGTERM handler
+    # would end the run through a SystemExit that says nothing, and its Ctrl+C path exits 1)
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._received = 0
+        self._install()
+
+    def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                          batch_idx: int, dataloader_idx: int = 0) -> None:
+        if trainer.world_size > 1 and batch_idx % self.check_every_n_steps:
+            return
+        signum = self._agree(trainer)
+        if signum:
+            self.preempted = signal.Signals(signum).name
+            self._restore()
+            raise TestInterrupted(self.preempted)
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._restore()
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..atomic_files import reported
 from ..utils.config import ConfigError
 from .errors import DataError, DataFileNotFoundError
 from .parallel import DEFAULT_BUCKET_EDGES, Pair, length_bucket
@@ -292,7 +293,7 @@ def text_column_file(path: str, options: dict, cache_dir: str | os.PathLike) -> 
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=".train.", suffix=".tmp")
     try:
         blank = True
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+        with reported(out), os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             for text in iter_text(d, column, where=f"{path} [train]"):
                 blank = blank and not text.strip()
                 f.write(text)

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from attnlab.choices import TARGET_LANGS
 from attnlab.data.parallel import (
     DEFAULT_BUCKET_EDGES,
     Pair,
@@ -52,7 +53,6 @@ from attnlab.data.parallel import (
 )
 
 NUMBERS_FORMAT_VERSION = "numbers-v1"
-TARGET_LANGS = ("fr", "de")
 # num2words hyphenates the compounds 21-99 ("twenty-one"); people also type "twenty one". This (Oniguruma regex,
 # text) pair of the source normalization (conf/data/numbers.yaml) writes the space between a tens word and a unit
 # word as the hyphen.

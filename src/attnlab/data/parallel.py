@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..atomic_files import reported
 from ..utils.config import ConfigError
 from .corpus import decode_utf8_file
 from .errors import DataError
@@ -204,7 +205,9 @@ def write_split_dir(directory: str | os.PathLike, files: dict[str, str]) -> Path
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
     try:
         for name, text in files.items():
-            (tmp / name).write_text(text, encoding="utf-8")
+            data = text.encode("utf-8")
+            with reported(final / name, len(data)):
+                (tmp / name).write_bytes(data)
         try:
             os.rename(tmp, final)
         except OSError:

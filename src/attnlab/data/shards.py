@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from ..atomic_files import reported, write_atomic
 from .text_sources import Chunk, TextSource, fingerprint, iter_chunks
 from .tokenizer import EOS_ID, BPETokenizer
 
@@ -169,14 +170,7 @@ def _write_manifest(out_dir: Path, manifest: dict) -> None:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, data)
 
 
 def sample_digest(path: Path) -> str:
@@ -325,26 +319,31 @@ class _ShardWriter:
         return f"shard-{self.index:05d}.bin"
 
     def write(self, ids: np.ndarray) -> None:
-        if self.f is None:
-            fd, self.tmp = tempfile.mkstemp(dir=self.out_dir, prefix=f".{self.name}.", suffix=".tmp")
-            self.f = os.fdopen(fd, "wb")
-        self.f.write(ids.astype(self.dtype.newbyteorder("<"), copy=False).tobytes())
+        with reported(self.out_dir / self.name, (self.tokens + len(ids)) * self.dtype.itemsize):
+            if self.f is None:
+                fd, self.tmp = tempfile.mkstemp(dir=self.out_dir, prefix=f".{self.name}.", suffix=".tmp")
+                self.f = os.fdopen(fd, "wb")
+            self.f.write(ids.astype(self.dtype.newbyteorder("<"), copy=False).tobytes())
         self.tokens += len(ids)
 
     def finish(self) -> tuple[str, int]:
         if self.f is None:
             self.write(np.empty(0, dtype=self.dtype))
-        self.f.flush()
-        os.fsync(self.f.fileno())
-        self.f.close()
-        os.replace(self.tmp, self.out_dir / self.name)
+        with reported(self.out_dir / self.name, self.tokens * self.dtype.itemsize):
+            self.f.flush()
+            os.fsync(self.f.fileno())
+            self.f.close()
+            os.replace(self.tmp, self.out_dir / self.name)
         out = (self.name, self.tokens)
         self.f, self.tokens, self.index = None, 0, self.index + 1
         return out
 
     def abort(self) -> None:
         if self.f is not None:
-            self.f.close()
+            try:
+                self.f.close()  # its buffer cannot be flushed onto a full disk: the error that stopped us is raised
+            except OSError:
+                pass
             Path(self.tmp).unlink(missing_ok=True)
             self.f = None
 

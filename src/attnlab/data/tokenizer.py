@@ -21,14 +21,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from attnlab.atomic_files import write_atomic
 from attnlab.data.normalization import normalizer_json
 from attnlab.utils.config import ConfigError
 
@@ -179,16 +178,8 @@ class BPETokenizer:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    """Write to a unique temp file in the same directory, then ``os.replace`` it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """A temporary file renamed into place; a full disk is one line (:mod:`attnlab.atomic_files`)."""
+    write_atomic(path, text)
 
 
 def _warn_unnormalized() -> None:

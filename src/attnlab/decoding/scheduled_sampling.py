@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-SCHEDULES = ("none", "constant", "linear", "exponential", "inverse_sigmoid")
+from ..choices import SCHEDULES
+
 
 
 @dataclass(frozen=True)

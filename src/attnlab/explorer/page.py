@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from ..atomic_files import write_atomic
 
 __all__ = ["page_html", "write_page", "read_payload", "EXPLORER_KEY"]
 
@@ -30,12 +31,7 @@ def page_html(payload: dict[str, Any]) -> str:
 
 def write_page(payload: dict[str, Any], path: str | Path) -> Path:
     """Write the page atomically (a reader, or W&B, never sees half a file); returns its path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(page_html(payload), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, page_html(payload), durable=False)
 
 
 def read_payload(path: str | Path) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..models.sequence_classifier import ENCODERS
+from ..choices import ENCODERS
 from ..utils.validate import one_of, positive_int, table_rules
 from . import BLOCK_GROUPS, Family
 

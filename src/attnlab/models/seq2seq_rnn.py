@@ -38,10 +38,11 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from attnlab.modules.rnn_attention import ATTENTION_KINDS, RNNAttention
+from attnlab.choices import RNN_ATTENTIONS, RNN_CELLS
+from attnlab.modules.rnn_attention import RNNAttention
 
-CELLS = {"gru": nn.GRU, "lstm": nn.LSTM}
-ATTENTIONS = ("none", *ATTENTION_KINDS)
+CELLS = dict(zip(RNN_CELLS, (nn.GRU, nn.LSTM), strict=True))
+ATTENTIONS = RNN_ATTENTIONS
 COPY_EPS = 1e-10  # floor of the copy mixture's probabilities before the log (a token neither generated nor in src)
 
 Hidden = Tensor | tuple[Tensor, Tensor]  # GRU: h (L, B, D); LSTM: (h, c)

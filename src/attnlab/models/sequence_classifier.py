@@ -29,10 +29,10 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..choices import ENCODERS
 from ..modules.positional import NoPositions
 from .token_transformer import TokenTransformer
 
-ENCODERS = ("rnn", "cnn", "attention")
 POOLS = ("last", "mean")
 
 

@@ -30,6 +30,8 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
+from ..choices import BALANCE
+
 
 class MixtureOfExperts(nn.Module):
     def __init__(
@@ -107,7 +109,6 @@ class MixtureOfExperts(nn.Module):
         return self.aux_loss_coef * self.aux_loss + self.z_loss_coef * self.z_loss
 
 
-BALANCE = ("layer", "pooled")  # the load-balancing loss per layer, summed (Switch), or over all layers (HF Mixtral)
 
 
 def mixture_of_experts(

@@ -27,12 +27,12 @@ import hydra
 from torch import nn
 
 from ..allowed_targets import check_targets
+from ..choices import PLACEMENTS
 from ..errors import UserError
 from .attention import MultiHeadAttention
 from .feedforward import FeedForward
 from .positional import LearnedPositions
 
-PLACEMENTS = ("pre", "post")
 
 
 class PartError(UserError, ValueError):

@@ -23,16 +23,17 @@ def at_least(name: str, value: int, lo: int) -> int:
     return value
 
 
-def used_groups(cfg: DictConfig) -> list[str]:
+def used_groups(cfg: DictConfig, narrow: bool = True) -> list[str]:
     """The block groups the chosen model is built from: its family's (:mod:`attnlab.families`), narrowed by the
     net's config where the family reads them only in some settings (the sequence classifier: only its attention
-    encoder). A model of no registered family uses none."""
+    encoder). A model of no registered family uses none. ``narrow=False``: all the groups the family is built
+    from, without resolving the net's config."""
     from ..families import for_config
 
     family = for_config(cfg) if "model" in cfg else None
     if family is None:
         return []
-    net = OmegaConf.to_container(cfg.model.net, resolve=True) if family.narrow_groups else None
+    net = OmegaConf.to_container(cfg.model.net, resolve=True) if narrow and family.narrow_groups else None
     return list(family.block_groups(net))
 
 

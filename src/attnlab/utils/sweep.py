@@ -22,6 +22,9 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from ..atomic_files import write_atomic
+from ..errors import DiskFullError
+
 log = logging.getLogger(__name__)
 STATUS_FILE = "job_status.json"
 
@@ -72,16 +75,20 @@ def one_line(error: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def write_job_status(job_dir: str | Path, overrides, *, value: Any = None, error: BaseException | None = None) -> None:
-    """Record how this job ended, in its own directory (read back by :class:`SweepSummary`)."""
-    if error is not None:
+def write_job_status(job_dir: str | Path, overrides, *, value: Any = None, error: BaseException | None = None,
+                     interrupted: str | None = None) -> None:
+    """Record how this job ended, in its own directory (read back by :class:`SweepSummary`). ``interrupted``: the
+    signal that stopped it (preemption, Ctrl+C); ``resume=`` continues it and rewrites this file."""
+    if interrupted is not None:
+        status = {"status": "interrupted", "error": f"stopped by {interrupted}; continue with resume={job_dir}"}
+    elif error is not None:
         status = {"status": "failed", "error": one_line(error)}
     elif isinstance(value, float) and math.isfinite(value):
         status = {"status": "completed", "value": value}
     else:
         status = {"status": "completed, no finite metric", "value": value}
     status.update(job=Path(job_dir).name, overrides=list(overrides or []))
-    Path(job_dir, STATUS_FILE).write_text(json.dumps(status, default=str))
+    write_atomic(Path(job_dir, STATUS_FILE), json.dumps(status, default=str))
     _written_here.add(Path(job_dir).resolve())
 
 
@@ -98,10 +105,14 @@ class SweepSummary(Callback):
         job_dir = Path(config.hydra.runtime.output_dir)
         if os.environ.get("LOCAL_RANK", "0") != "0" or job_dir.resolve() in _written_here:
             return  # DDP ranks > 0 re-run the same job in the same directory; train.py already wrote it
-        if job_return.status == JobStatus.COMPLETED:
-            write_job_status(job_dir, job_return.overrides, value=job_return._return_value)
-        else:
-            write_job_status(job_dir, job_return.overrides, error=job_return._return_value)
+        try:
+            if job_return.status == JobStatus.COMPLETED:
+                write_job_status(job_dir, job_return.overrides, value=job_return._return_value)
+            else:
+                write_job_status(job_dir, job_return.overrides, error=job_return._return_value)
+        except DiskFullError as e:  # Hydra's callback wrapper would turn it into a warning and exit 0
+            log.error(str(e))
+            sys.exit(e.exit_code)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)

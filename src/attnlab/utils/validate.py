@@ -31,15 +31,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
-from ..data.numbers import TARGET_LANGS
-from ..decoding.scheduled_sampling import SCHEDULES
+from ..choices import BALANCE, ENCODERS, PLACEMENTS, SCHEDULES, TARGET_LANGS
+from ..choices import RNN_ATTENTIONS as ATTENTIONS
+from ..choices import RNN_CELLS as CELLS
 from ..families import for_config
-from ..modules.moe import BALANCE
-from ..modules.parts import PLACEMENTS
 from .config import BLOCK_GROUPS, ConfigError, flatten, used_groups
 
 # A check returns None for a good value, else what is allowed ("must be a positive integer").
@@ -337,7 +335,7 @@ def _top_k(flat: Mapping[str, Any]) -> str | None:
 def _gpu_present(flat: Mapping[str, Any]) -> str | None:
     """trainer=gpu/ddp/fsdp on a machine without CUDA: Lightning's answer is a 4-line instantiate traceback."""
     accelerator = flat.get("trainer.accelerator")
-    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+    if accelerator in ("gpu", "cuda") and not _has_cuda():
         return (f"trainer.accelerator={accelerator} but this machine has no CUDA GPU (torch.cuda.is_available() "
                 f"is False): use trainer=cpu, or trainer=ddp_cpu for DDP with 2 processes on CPU")
     return None
@@ -396,14 +394,15 @@ TOP_KEYS = ("seed", "task_name", "experiment_name", "tags", "train", "test", "co
 _COMPILED = [(_pattern(glob), check) for glob, check in RULES]
 
 
-def _checked_values(cfg: DictConfig, resolved: dict | None = None) -> dict[str, Any]:
+def _checked_values(cfg: DictConfig, resolved: dict | None = None, narrow: bool = True) -> dict[str, Any]:
     """The flattened, resolved values the rules look at: the run's top-level keys, model, data, trainer, paths,
     logger, callbacks, and the block groups the model is built from (``model.net.moe`` etc. are those groups
-    interpolated; they are checked under the group's name). ``resolved``: the whole config already resolved."""
+    interpolated; they are checked under the group's name). ``resolved``: the whole config already resolved.
+    ``narrow``: only the groups the model reads in this setting (:func:`~attnlab.utils.config.used_groups`)."""
     if resolved is None:
         resolved = OmegaConf.to_container(cfg, resolve=True)
     view: dict[str, Any] = {k: resolved[k] for k in TOP_KEYS if k in resolved}
-    for key in ("model", "data", "trainer", "paths", "logger", "callbacks", *used_groups(cfg)):
+    for key in ("model", "data", "trainer", "paths", "logger", "callbacks", *used_groups(cfg, narrow)):
         node = resolved.get(key)
         if isinstance(node, dict) and (len(node) or key not in BLOCK_GROUPS):  # moe=off is {}
             view[key] = node
@@ -513,6 +512,12 @@ def table_rules(rules: Sequence[tuple[str, Check]] = (),
         return _value_problems(flat, compiled) or [p for relation in relations if (p := relation(flat))]
 
     return family_rules
+
+
+def _has_cuda() -> bool:
+    import torch  # (only for trainer=gpu: other checks need no torch, so a refusal answers before it is imported)
+
+    return torch.cuda.is_available()
 
 
 def validate_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:

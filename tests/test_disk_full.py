@@ -1,0 +1,70 @@
+"""Property: a disk that fills up while a run writes any of its files is one line and exit 2, and loses nothing.
+
+For each writer of ``python train.py`` (the data cache: corpus export, tokenizer, token shards; a checkpoint; the
+run's JSON files; the attention explorer page) the disk fills up in the middle of that file, simulated at Python's
+file layer by ``tests/disk_full/sitecustomize.py`` (``OSError(ENOSPC)`` once a matching file got N bytes, as
+``write(2)`` answers on a full disk; no tmpfs can be mounted here). Each run must exit 2 with one line naming the file,
+the space it needed and the space free; no temporary file stays; the file under its final name is the previous
+complete one (``last.ckpt`` of the epoch before, the explorer page of the epoch before) or absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from cli_checks import TINY, one_error_line
+from helpers import run_cli
+
+from attnlab.resume import check_intact
+
+FAULT = Path(__file__).resolve().parent / "disk_full"
+EPOCHS = [*TINY, "trainer.max_steps=-1", "trainer.limit_train_batches=2"]  # 2 steps an epoch; no test
+# writer -> (the file the disk fills up in (a part of its path), how many such files are written first, overrides)
+WRITERS = {
+    "cache": ("{cache}", 0, []),  # the first file of an empty cache (the corpus export, then tokenizer, shards)
+    "cache_shards": ("shard-", 0, []),  # the token shards (corpus and tokenizer already written)
+    "checkpoint": ("last.ckpt", 1, []),  # epoch 1's last.ckpt: epoch 0's must stay
+    "metrics_json": ("metrics.json", 0, []),
+    "job_status_json": ("job_status.json", 0, []),
+    "csv_log": ("metrics.csv", 0, []),  # Lightning's CSV logger (not ours: appended to, not renamed)
+    "explorer_html": ("explorer.html", 1, ["callbacks.attention_maps.health=false"]),  # epoch 1's page: epoch 0's
+}
+SLOW = {"cache_shards", "job_status_json", "csv_log"}  # the same writers' code as "cache" and "metrics_json"
+
+
+@pytest.mark.parametrize("writer", [pytest.param(w, marks=pytest.mark.slow) if w in SLOW else w for w in WRITERS])
+def test_a_disk_full_in_any_writer_is_one_line_and_loses_nothing(writer, tmp_path, cache_dir):
+    match, skip, extra = WRITERS[writer]
+    cache = str(tmp_path / "cache") if writer.startswith("cache") else cache_dir
+    match = match.format(cache=cache)
+    run = tmp_path / "run"
+    env = {"PYTHONPATH": os.pathsep.join([str(FAULT), os.environ.get("PYTHONPATH", "")]),
+           "ATTNLAB_DISK_FULL": json.dumps({"match": match, "skip": skip, "after": 64})}
+    base = [a for a in EPOCHS if not (writer == "explorer_html" and a.startswith("callbacks.attention_maps"))]
+    epochs = f"trainer.max_epochs={skip + 1}"  # the file is written once an epoch: the last epoch's write fails
+    out = run_cli([*base, epochs, *extra, f"hydra.run.dir={run}"], cache, env=env)
+    assert out.returncode == 2, out.stdout[-3000:]
+    line = one_error_line(out.stdout, "disk full: cannot write")
+    assert match in line and "needs" in line and "free there" in line, line
+
+    written = list(Path(cache).rglob("*") if writer.startswith("cache") else run.rglob("*"))
+    assert not [p for p in written if p.name.endswith(".tmp")], written  # no temporary file or folder stays
+    failed = Path(line.split("cannot write ")[1].split(" (needs")[0])
+    if writer == "csv_log":  # a logger's file, appended to: only the one line is promised
+        return
+    if skip:  # the previous complete file is still there under its name
+        assert failed.is_file()
+        if failed.suffix == ".ckpt":
+            check_intact(failed)
+            import torch
+
+            assert torch.load(failed, weights_only=True, map_location="cpu")["global_step"] == 2
+        else:
+            from attnlab.explorer.page import read_payload
+
+            assert len(read_payload(failed)["epochs"]) == 1
+    else:
+        assert not failed.exists()  # never a partial file under the final name
