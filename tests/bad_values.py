@@ -6,6 +6,8 @@ Kinds (what a leaf is, decided from the composed config, not from the validator'
 * ``seed``: the run's seed: negative, text, over 2**32 - 1, a fraction;
 * ``size``: a positive integer of the model, the data or a callback (``d_model``, ``n_heads``, ``batch_size``,
   ``every_n_epochs`` ...): 0, -1, text, a fraction; the model's widths also a size that cannot be allocated;
+* ``count``: a callback's non-negative count where 0 means none (``max_skips``, ``patience``, the explorer's
+  audio epochs): -1, text, a fraction;
 * ``rate``: a dropout, a fraction of the data or of training, label smoothing, a momentum: below 0, above 1,
   NaN, text;
 * ``positive``: a learning rate, an epsilon, a weight decay, a multiplier: negative, NaN, text;
@@ -33,6 +35,8 @@ UNSET_ENV = "ATTNLAB_TEST_SURELY_UNSET"
 
 SIZE_NAME = re.compile(r"(^|_)(size|len|layers|heads|dim|channels|mels|reduction|steps|epochs|tokens|classes|"
                        r"experts|top_k|kv_heads|window|multiple_of)$|^(d|n|num|max)_")
+# non-negative counts where 0 means "none" or "off"
+COUNT_NAME = re.compile(r"(^|\.)(max_skips|explorer_audio_epochs|patience)$")
 RATE_NAME = re.compile(r"dropout|fraction|label_smoothing|min_lr_ratio|momentum")
 POSITIVE_NAME = re.compile(r"(^|\.)(lr|eps|weight_decay|hidden_mult|aux_loss_coef|z_loss_coef)$")
 NAMES = {"task_name": "folder", "experiment_name": "folder", "logger.wandb.project": "wandb",
@@ -90,6 +94,8 @@ def classify(key: str, value) -> str | None:
     if isinstance(value, int) and value >= 1 and SIZE_NAME.search(leaf) and not NOT_SIZES.search(key) \
             and key.startswith(("model.", "data.", "callbacks.", "trainer.", "moe.", "attn.", "ffn.", "optim.")):
         return "size"
+    if isinstance(value, int) and value >= 0 and COUNT_NAME.search(key) and key.startswith("callbacks."):
+        return "count"
     if isinstance(value, float) and RATE_NAME.search(leaf):
         return "rate"
     if isinstance(value, (int, float)) and POSITIVE_NAME.search(key):
@@ -100,6 +106,7 @@ def classify(key: str, value) -> str | None:
 BAD = {
     "seed": [-1, "abc", 2**32, 1.5],
     "size": [0, -1, "abc", 2.5],
+    "count": [-1, "abc", 2.5],
     "rate": [-0.1, 1.5, float("nan"), "abc"],
     "positive": [-1, float("nan"), "abc"],
     "switch": ["abc", 2],

@@ -165,7 +165,7 @@ def test_every_generated_bad_value_of_every_model_is_refused(tmp_path, monkeypat
                 accepted.append(case.id)
     assert not accepted, f"{len(accepted)} bad values accepted: {accepted[:30]}"
     # the space is what the generator says it is (a generator that found nothing would pass trivially)
-    assert set(kinds) == {"seed", "size", "rate", "positive", "name", "switch", "interpolation", "override"}, kinds
+    assert set(kinds) == {"seed", "size", "count", "rate", "positive", "name", "switch", "interpolation", "override"}, kinds
     assert sum(kinds.values()) > 400, kinds
 
 
@@ -199,7 +199,7 @@ EXTRA = [  # issue cases the kinds do not produce as such
 
 
 # kinds the validator reports together (every bad single value named in its one line): one train.py run for all
-TOGETHER = ("seed", "size", "rate", "positive", "name", "switch")
+TOGETHER = ("seed", "size", "count", "rate", "positive", "name", "switch")
 
 
 def _train_cases():

@@ -267,6 +267,7 @@ RULES: list[tuple[str, Check]] = [
                                                    "log_every_n_steps", "max_tokens", "max_heads", "size")),
     ("callbacks.*.max_layers", optional(positive_int)),
     ("callbacks.nonfinite.max_skips", non_negative_int),
+    ("callbacks.attention_maps.explorer_audio_epochs", non_negative_int),  # 0: no audio on the page
     ("callbacks.model_checkpoint.save_top_k", int_at_least(-1)),  # -1: keep every checkpoint
     ("callbacks.model_checkpoint.mode", one_of(("min", "max"))),
     ("callbacks.early_stopping.mode", one_of(("min", "max"))),
