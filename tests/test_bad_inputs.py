@@ -30,10 +30,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
 from attnlab.data.ljspeech import write_ljspeech
-from attnlab.errors import UserError
+from attnlab.errors import ConfigError, UserError
 from attnlab.paths import CONF_DIR, ROOT
 from attnlab.quoting import hydra_value
-from attnlab.utils.config import ConfigError
 from attnlab.utils.validate import validate_config
 from vision_helpers import write_tiny_cifar
 

@@ -127,3 +127,29 @@ def test_a_run_continues_from_a_legacy_checkpoint(tmp_path, cache_dir):
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     resumed = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
     assert resumed["global_step"] == 4 and "net.encoder.layers.0.self_attn.qkv_proj.weight" in resumed["state_dict"]
+
+
+def test_a_saved_run_config_naming_a_moved_target_reads_as_its_new_place(tmp_path):
+    """A run folder saved before a function moved (``data=hf``'s builder) still passes the allow-list, builds the
+    same thing and compares as the same data for resume=; each old name is gone and each new one resolves."""
+    import hydra
+    from omegaconf import OmegaConf
+
+    from attnlab import resume
+    from attnlab.allowed_targets import load_config
+    from attnlab.checkpoint_upgrade import MOVED_TARGETS
+
+    for old, new in MOVED_TARGETS.items():
+        assert callable(hydra.utils.get_object(new))
+        with pytest.raises(Exception):
+            hydra.utils.get_object(old)
+        run = tmp_path / old
+        (run / ".hydra").mkdir(parents=True)
+        saved = run / ".hydra" / "config.yaml"
+        saved.write_text(OmegaConf.to_yaml({"data": {"_target_": old, "path": "x", "seed": "${hydra:runtime.cwd}"},
+                                            "model": {"name": "causal_lm"}}))
+        assert load_config(saved).data._target_ == new
+        assert resume.saved_config(run).data._target_ == new
+        here = OmegaConf.create({"_target_": new, "path": "x", "seed": "${hydra:runtime.cwd}"})
+        assert resume.data_differences(OmegaConf.load(saved).data, here)  # as written, it differs
+        assert resume.data_differences(resume.saved_config(run).data, here) == []

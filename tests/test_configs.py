@@ -15,7 +15,8 @@ from attnlab.modules.feedforward import FeedForward
 from attnlab.modules.moe import MixtureOfExperts
 from attnlab.paths import CONF_DIR
 from attnlab.train import build_model
-from attnlab.utils.config import ConfigError, check_block_groups, used_groups
+from attnlab.errors import ConfigError
+from attnlab.utils.config import check_block_groups, used_groups
 
 GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in ("local", "hydra"))
 

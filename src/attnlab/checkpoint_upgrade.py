@@ -19,7 +19,7 @@ their old value in a config that does not name them.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping, MutableSequence
 from typing import Any
 
 NORM_LAYERS = {"layernorm": "torch.nn.LayerNorm", "rmsnorm": "attnlab.modules.norm.RMSNorm",
@@ -94,6 +94,30 @@ def upgrade_net_config(net: Any) -> Any:
         if str(out.get("_target_", "")).rsplit(".", 1)[-1] == target and arg not in out:
             out[arg] = old_value
     return out
+
+
+# a class or function that moved: a run folder's saved config names it where it was (resume= compares it, the
+# claims build from it)
+MOVED_TARGETS = {"attnlab.data.hf_source.hf_datamodule": "attnlab.data.hf_datamodule.hf_datamodule"}
+
+
+def upgrade_targets(config: Any) -> Any:
+    """Rename, in place, every ``_target_`` of ``config`` (plain containers or an OmegaConf node) that moved; a value
+    that resolves only in its own run (``${hydra:...}``) is left as it is."""
+    stack = [config]
+    while stack:
+        node = stack.pop()
+        keys = list(node.keys()) if isinstance(node, MutableMapping) else range(len(node))
+        for key in keys:
+            try:
+                value = node[key]
+            except Exception:  # noqa: BLE001 - an interpolation of the run's own context, a missing value
+                continue
+            if key == "_target_" and isinstance(value, str) and value in MOVED_TARGETS:
+                node[key] = MOVED_TARGETS[value]
+            elif isinstance(value, (MutableMapping, MutableSequence)) and not isinstance(value, str):
+                stack.append(value)
+    return config
 
 
 # net class name -> (old key prefix, new key prefix), first match wins

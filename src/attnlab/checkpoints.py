@@ -41,7 +41,7 @@ import hydra
 import torch
 
 from .allowed_targets import check_targets, check_task_class
-from .errors import UserError, find_user_error, one_line_message
+from .errors import CheckpointError, UnsafeCheckpointError, UserError, find_user_error, one_line_message
 
 # Types the safe unpickler may build beyond tensors and plain containers. Empty: attnlab's checkpoints need none.
 # Add a class here (never a function: a callable global is how a pickle runs code) only if train.py starts saving it.
@@ -62,14 +62,6 @@ FAMILIES = {
 
 # Lightning's own names for a checkpoint (trainer.fit/test(ckpt_path="last"|"best"|...)): not files to check here
 LIGHTNING_CKPT_NAMES = ("last", "best", "hpc")
-
-
-class CheckpointError(UserError, ValueError):
-    """A missing, unreadable or wrong-family checkpoint; the message is one line for the user."""
-
-
-class UnsafeCheckpointError(CheckpointError):
-    """A checkpoint whose unpickling would build something other than tensors and plain containers (run code)."""
 
 
 def _load(path: Path, map_location: Any, mmap: bool = False) -> Any:

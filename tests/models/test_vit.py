@@ -1,14 +1,14 @@
 import pytest
 import torch
 
-from attnlab.errors import UserError
-from attnlab.models.vit import PatchEmbedding, VisionTransformer, sinusoidal_table_2d
+from attnlab.errors import ConfigError, UserError
+from attnlab.models.vit import PatchEmbedding, VisionTransformer
+from attnlab.modules.positional import sinusoidal_table_2d
 from attnlab.modules.block import EncoderBlock
 from attnlab.modules.feedforward import FeedForward
 from attnlab.modules.moe import MixtureOfExperts
 from attnlab.modules.parts import load_part
 from attnlab.modules.positional import LearnedPositions, NoPositions, SinusoidalPositions
-from attnlab.utils.config import ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: a second thread only contends
 

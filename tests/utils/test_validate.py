@@ -7,7 +7,7 @@ import pytest
 from helpers import compose_train
 
 from attnlab.paths import CONF_DIR
-from attnlab.utils.config import ConfigError
+from attnlab.errors import ConfigError
 from attnlab.utils.validate import PRECISIONS, config_problems, validate_config
 
 

@@ -26,8 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..utils.config import ConfigError
-from .errors import DataError, DataFileNotFoundError
+from ..errors import ConfigError, DataError, DataFileNotFoundError
 from .parallel import DEFAULT_BUCKET_EDGES, Pair, length_bucket
 
 if TYPE_CHECKING:
@@ -246,29 +245,6 @@ def hf_pairs(d: datasets.Dataset, *, src_column: str | None = None, tgt_column: 
     if not pairs:
         raise DataError(f"{where} has no sentence pairs")
     return pairs
-
-
-# model.name -> the data module data=hf builds for it
-TRANSLATION_MODELS = ("transformer_mt", "transformer_nat", "seq2seq_attention", "seq2seq_baseline")
-LM_MODELS = ("causal_lm",)
-
-
-def hf_datamodule(model: str, **options):
-    """``data=hf``: one config for every model that reads text. ``model`` is ``${model.name}``; the other options
-    go to that model's data module with ``source="hf"`` (an option it does not have is a one-line error)."""
-    import inspect
-
-    if model in TRANSLATION_MODELS:
-        from .translation_datamodule import TranslationDataModule as cls
-    elif model in LM_MODELS:
-        from .lm_datamodule import LMDataModule as cls
-    else:
-        raise ConfigError(f"data=hf serves {', '.join(LM_MODELS + TRANSLATION_MODELS)}, not model={model}")
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "source"}
-    unknown = sorted(set(options) - accepted)
-    if unknown:
-        raise ConfigError(f"data=hf with model={model} has no option {', '.join(unknown)}")
-    return cls(source="hf", **options)
 
 
 def text_column_file(path: str, options: dict, cache_dir: str | os.PathLike) -> Path:

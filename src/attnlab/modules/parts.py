@@ -27,16 +27,12 @@ import hydra
 from torch import nn
 
 from ..allowed_targets import check_targets
-from ..errors import UserError
+from ..errors import PartError
 from .attention import MultiHeadAttention
 from .feedforward import FeedForward
 from .positional import LearnedPositions
 
 PLACEMENTS = ("pre", "post")
-
-
-class PartError(UserError, ValueError):
-    """A config-group part that cannot be built; one line naming the group."""
 
 
 def _instantiate(group: str, part: Any) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from ..errors import CheckpointWriteError  # noqa: F401  (raised here; defined without Lightning for train.py)
+from ..errors import CheckpointWriteError
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -35,7 +35,8 @@ from ..models.seq2seq_rnn import ATTENTIONS, CELLS
 from ..models.sequence_classifier import ENCODERS
 from ..modules.moe import BALANCE
 from ..modules.parts import PLACEMENTS
-from .config import BLOCK_GROUPS, ConfigError, flatten, used_groups
+from ..errors import ConfigError
+from .config import BLOCK_GROUPS, flatten, used_groups
 
 # A check returns None for a good value, else what is allowed ("must be a positive integer").
 Check = Callable[[Any], "str | None"]
