@@ -101,6 +101,8 @@ CASES = [
      "model.net.n_layers=0: must be a positive integer", []),
     ("lr-negative", ["model=causal_lm", "model.optimizer.lr=-1"],
      "model.optimizer.lr=-1: must be a number > 0", []),
+    ("norm-placement-unknown", ["model=causal_lm", "norm.placement=middle"],  # checked by the norm part, once
+     "norm.placement=middle: choose one of pre, post", []),
     ("image-size-mismatch", ["model=vit", "data.image_size=16", "model.net.image_size=8"],
      "model.net.image_size=8 but data.image_size=16", ["set both alike"]),
     # a trainer for a machine this is not (Lightning's own answer is a 4-line instantiate traceback)

@@ -42,7 +42,7 @@ def test_every_legacy_checkpoint_loads_strictly_into_todays_model():
 def test_old_specs_become_the_parts_they_meant():
     net = load_task(LEGACY["lm_parts"], Task, "attnlab")[0].net  # norm=rms ffn=swiglu moe=on(2) pos=rotary
     layer = net.decoder.layers[0]
-    assert isinstance(layer.sa_norm, torch.nn.RMSNorm) and layer.placement == "pre"
+    assert isinstance(layer.sa_norm, torch.nn.RMSNorm) and layer.pre_norm
     assert isinstance(layer.ffn, MixtureOfExperts) and layer.ffn.num_experts == 2
     assert all(e.gate_proj is not None and isinstance(e.activation, torch.nn.SiLU) for e in layer.ffn.experts)
     # trained with the biased SwiGLU of then: loads with its biases although ffn=swiglu is bias-free today
@@ -50,7 +50,7 @@ def test_old_specs_become_the_parts_they_meant():
     assert isinstance(net.positions, RotaryPositions) and layer.self_attn.positions is net.positions.attention
     mt = load_task(LEGACY["mt_copy"], Task, "attnlab")[0].net  # norm=post pos=sinusoidal copy=true
     assert mt.copy and isinstance(mt.src_positions, SinusoidalPositions)
-    assert all(layer.placement == "post" for layer in [*mt.encoder.layers, *mt.decoder.layers])
+    assert not any(layer.pre_norm for layer in [*mt.encoder.layers, *mt.decoder.layers])
     assert isinstance(mt.decoder.final_norm, torch.nn.Identity)
 
 

@@ -64,7 +64,7 @@ def test_block_groups_reach_every_block(norm, ffn, moe, tmp_path):
     assert len(net.decoder.layers) == 3
     norm_type, placement = NORMS[norm]
     for block in net.decoder.layers:
-        assert isinstance(block, EncoderBlock) and block.placement == placement
+        assert isinstance(block, EncoderBlock) and block.pre_norm == (placement == "pre")
         assert isinstance(block.sa_norm, norm_type) and isinstance(block.ffn_norm, norm_type)
         experts = list(block.ffn.experts) if moe == "on" else [block.ffn]
         assert isinstance(block.ffn, MixtureOfExperts) == (moe == "on")

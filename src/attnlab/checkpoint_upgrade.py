@@ -8,8 +8,10 @@ attention flag ``scaled``; the models named their stacks per family (``blocks``,
 with ``_target_`` (:mod:`attnlab.modules.parts`) and every family has ``encoder``/``decoder`` stacks with
 ``layers`` and ``final_norm``, and a ``head``. The parameters are the same tensors, in the same order (so an
 optimizer state resumes as well): only names move, and the ViT's position table loses its leading batch axis.
-Arguments added later with a default that changes behaviour (``ADDED_ARGS``: the TTS's ``text_eos``) are set to
-their old value in a config that does not name them.
+An ``ffn.activation`` that was one module (``{_target_: torch.nn.GELU}``) becomes the factory each feed-forward
+calls (``_partial_: true``); a shared module was saved under every layer's name, so a learnable one's weights load
+strictly into each layer's own. Arguments added later with a default that changes behaviour (``ADDED_ARGS``: the
+TTS's ``text_eos``) are set to their old value in a config that does not name them.
 
 :class:`attnlab.tasks.base.Task` calls :func:`upgrade_net_config` before building its net and
 :func:`upgrade_state_dict` in ``on_load_checkpoint`` (Lightning calls it before loading the weights, both for
@@ -45,7 +47,8 @@ def upgrade_norm(spec: Mapping) -> dict:
 def upgrade_ffn(spec: Mapping) -> dict:
     activation = spec.get("activation", "gelu")
     return {"_target_": "attnlab.modules.feedforward.FeedForward", "_partial_": True,
-            "activation": {"_target_": ACTIVATIONS[activation]}, "gated": activation == "swiglu",
+            "activation": {"_target_": ACTIVATIONS[activation], "_partial_": True},
+            "gated": activation == "swiglu",
             "hidden_mult": spec.get("hidden_mult", 4.0), "multiple_of": spec.get("multiple_of", 8),
             # explicit: an old spec without the key had biases (SwiGLU included), today's gated default has none
             "bias": spec.get("bias", True)}
@@ -83,6 +86,10 @@ def upgrade_net_config(net: Any) -> Any:
         old_norm = group == "norm" and isinstance(out.get(group), Mapping) and "layer" not in out[group]
         if _is_spec(out.get(group), marker) or old_norm:
             out[group] = upgrade(out[group])
+    activation = out["ffn"].get("activation") if isinstance(out.get("ffn"), Mapping) else None
+    if isinstance(activation, Mapping) and "_target_" in activation and "_partial_" not in activation:
+        # the activation became a factory, built by each feed-forward (it was one module every layer shared)
+        out["ffn"] = {**out["ffn"], "activation": {**activation, "_partial_": True}}
     if "scaled" in out:  # the attention flag became an option of the attn group
         scaled = out.pop("scaled")
         if "attn" not in out and scaled is False:

@@ -34,7 +34,6 @@ from ..decoding.scheduled_sampling import SCHEDULES
 from ..models.seq2seq_rnn import ATTENTIONS, CELLS
 from ..models.sequence_classifier import ENCODERS
 from ..modules.moe import BALANCE
-from ..modules.parts import PLACEMENTS
 from ..errors import ConfigError
 from .config import BLOCK_GROUPS, flatten, used_groups
 
@@ -261,11 +260,10 @@ RULES: list[tuple[str, Check]] = [
     ("trainer.max_epochs", optional(int_at_least(-1))),  # -1: no limit (Lightning's convention)
     ("trainer.max_steps", optional(int_at_least(-1))),
     # block groups (checked only for a model built from them)
-    ("norm.placement", one_of(PLACEMENTS)),
     # parts given as one value where a config is needed (`ffn.activation=tanh`); a config is flattened away
     ("norm.layer", lambda v: "must be a layer config such as {_target_: torch.nn.LayerNorm, _partial_: true}"),
-    ("ffn.activation", lambda v: "must be a module config such as {_target_: torch.nn.GELU} (or choose "
-                                 "ffn=relu|gelu|swiglu|geglu)"),
+    ("ffn.activation", lambda v: "must be a module config such as {_target_: torch.nn.GELU, _partial_: true} "
+                                 "(or choose ffn=relu|gelu|swiglu|geglu)"),
     ("norm.layer.eps", positive_number),
     ("ffn.hidden_mult", positive_number),
     ("ffn.multiple_of", positive_int),
