@@ -114,6 +114,9 @@ def test_unknown_option_and_bad_activation_are_one_line_errors():
     with pytest.raises(PartError, match="ffn: cannot build") as e:
         resolve_part("ffn", bad, None)
     assert "\n" not in str(e.value)
+    # one module for every layer (a config without _partial_) is refused, not shared
+    with pytest.raises(PartError, match=r"^ffn\.activation must build one module per layer .*_partial_: true"):
+        FeedForward(8, nn.PReLU())
 
 
 def test_geglu_is_one_yaml_file_and_computes_gelu_gating():
