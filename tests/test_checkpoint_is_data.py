@@ -30,9 +30,11 @@ import yaml
 from cli_checks import one_error_line, snapshot
 from helpers import run_cli
 
-from attnlab.allowed_targets import UnsafeTargetError, allowed, check_targets, refusals, task_classes
+from attnlab.errors import UnsafeTargetError
+from attnlab.allowed_targets import allowed, check_targets, refusals, task_classes
 from attnlab.checkpoint_upgrade import upgrade_net_config
-from attnlab.checkpoints import CheckpointError, hyper_parameters, load_task
+from attnlab.errors import CheckpointError
+from attnlab.checkpoints import hyper_parameters, load_task
 from attnlab.paths import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures"

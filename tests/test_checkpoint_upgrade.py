@@ -42,7 +42,7 @@ def test_every_legacy_checkpoint_loads_strictly_into_todays_model():
 def test_old_specs_become_the_parts_they_meant():
     net = load_task(LEGACY["lm_parts"], Task, "attnlab")[0].net  # norm=rms ffn=swiglu moe=on(2) pos=rotary
     layer = net.decoder.layers[0]
-    assert isinstance(layer.sa_norm, torch.nn.RMSNorm) and layer.placement == "pre"
+    assert isinstance(layer.sa_norm, torch.nn.RMSNorm) and layer.pre_norm
     assert isinstance(layer.ffn, MixtureOfExperts) and layer.ffn.num_experts == 2
     assert all(e.gate_proj is not None and isinstance(e.activation, torch.nn.SiLU) for e in layer.ffn.experts)
     # trained with the biased SwiGLU of then: loads with its biases although ffn=swiglu is bias-free today
@@ -50,7 +50,7 @@ def test_old_specs_become_the_parts_they_meant():
     assert isinstance(net.positions, RotaryPositions) and layer.self_attn.positions is net.positions.attention
     mt = load_task(LEGACY["mt_copy"], Task, "attnlab")[0].net  # norm=post pos=sinusoidal copy=true
     assert mt.copy and isinstance(mt.src_positions, SinusoidalPositions)
-    assert all(layer.placement == "post" for layer in [*mt.encoder.layers, *mt.decoder.layers])
+    assert not any(layer.pre_norm for layer in [*mt.encoder.layers, *mt.decoder.layers])
     assert isinstance(mt.decoder.final_norm, torch.nn.Identity)
 
 
@@ -127,3 +127,29 @@ def test_a_run_continues_from_a_legacy_checkpoint(tmp_path, cache_dir):
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     resumed = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
     assert resumed["global_step"] == 4 and "net.encoder.layers.0.self_attn.qkv_proj.weight" in resumed["state_dict"]
+
+
+def test_a_saved_run_config_naming_a_moved_target_reads_as_its_new_place(tmp_path):
+    """A run folder saved before a function moved (``data=hf``'s builder) still passes the allow-list, builds the
+    same thing and compares as the same data for resume=; each old name is gone and each new one resolves."""
+    import hydra
+    from omegaconf import OmegaConf
+
+    from attnlab import resume
+    from attnlab.allowed_targets import load_config
+    from attnlab.checkpoint_upgrade import MOVED_TARGETS
+
+    for old, new in MOVED_TARGETS.items():
+        assert callable(hydra.utils.get_object(new))
+        with pytest.raises(Exception):
+            hydra.utils.get_object(old)
+        run = tmp_path / old
+        (run / ".hydra").mkdir(parents=True)
+        saved = run / ".hydra" / "config.yaml"
+        saved.write_text(OmegaConf.to_yaml({"data": {"_target_": old, "path": "x", "seed": "${hydra:runtime.cwd}"},
+                                            "model": {"name": "causal_lm"}}))
+        assert load_config(saved).data._target_ == new
+        assert resume.saved_config(run).data._target_ == new
+        here = OmegaConf.create({"_target_": new, "path": "x", "seed": "${hydra:runtime.cwd}"})
+        assert resume.data_differences(OmegaConf.load(saved).data, here)  # as written, it differs
+        assert resume.data_differences(resume.saved_config(run).data, here) == []

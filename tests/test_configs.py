@@ -16,7 +16,8 @@ from attnlab.modules.feedforward import FeedForward
 from attnlab.modules.moe import MixtureOfExperts
 from attnlab.paths import CONF_DIR
 from attnlab.train import build_model
-from attnlab.utils.config import ConfigError, check_block_groups, used_groups
+from attnlab.errors import ConfigError
+from attnlab.utils.config import check_block_groups, used_groups
 
 GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in ("local", "hydra"))
 
@@ -64,7 +65,7 @@ def test_block_groups_reach_every_block(norm, ffn, moe, tmp_path):
     assert len(net.decoder.layers) == 3
     norm_type, placement = NORMS[norm]
     for block in net.decoder.layers:
-        assert isinstance(block, EncoderBlock) and block.placement == placement
+        assert isinstance(block, EncoderBlock) and block.pre_norm == (placement == "pre")
         assert isinstance(block.sa_norm, norm_type) and isinstance(block.ffn_norm, norm_type)
         experts = list(block.ffn.experts) if moe == "on" else [block.ffn]
         assert isinstance(block.ffn, MixtureOfExperts) == (moe == "on")

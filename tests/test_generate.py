@@ -16,7 +16,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from test_safe_checkpoints import compose_cli
 
 from attnlab.checkpoints import read_checkpoint
-from attnlab.cli_input import OptionError
+from attnlab.errors import OptionError
 from attnlab.data.lm_datamodule import LMDataModule
 from attnlab.data.tokenizer import BPETokenizer
 from attnlab.decoding import DecodingOptions

@@ -14,7 +14,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from attnlab.quoting import hydra_value, shell_override, shell_path
-from attnlab.resume import DamagedCheckpointError, check_intact
+from attnlab.errors import DamagedCheckpointError
+from attnlab.resume import check_intact
 
 SPECIAL = [c for c in string.punctuation + " \t" if c != "/"]
 PATHS = ([f"/tmp/a{c}b" for c in SPECIAL] + [f"/tmp/{c}" for c in SPECIAL]

@@ -25,7 +25,8 @@ from helpers import run_cli
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from attnlab.checkpoints import CheckpointError, UnsafeCheckpointError, read_checkpoint, verified
+from attnlab.errors import CheckpointError, UnsafeCheckpointError
+from attnlab.checkpoints import read_checkpoint, verified
 from attnlab.paths import CONF_DIR, ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -13,7 +13,7 @@ from cli_checks import TINY, one_error_line
 from helpers import compose_train, explorer_data, run_cli
 from workspace_checks import check_leet_opens, check_sweep_workspace
 
-from attnlab.checkpoints import check_resumed_run, load_task
+from attnlab.checkpoints import check_run_config, load_task
 from attnlab.train import run
 from attnlab.wandb_runs import offline_run_dirs, read_offline_runs
 
@@ -189,7 +189,7 @@ def test_every_logger_option_trains(tmp_path, cache_dir):
     assert lrs and lrs[-1] == hparams["model.optimizer.lr"]  # constant after the warm-up
     # its run folder and checkpoint pass the allow-list of resume= and of the entry points that serve it
     job = sweep / str(options.index("csv"))
-    check_resumed_run(job, job / "checkpoints" / "last.ckpt", OmegaConf.load(job / ".hydra" / "config.yaml").model)
+    check_run_config(OmegaConf.load(job / ".hydra" / "config.yaml"), job)
     task, _ = load_task(job / "checkpoints" / "last.ckpt", "attnlab.tasks.causal_lm.CausalLMTask", "language-model")
     assert task.optimizer_cfg["_target_"] == sgd and task.scheduler_cfg["_target_"] == constant
     # logger=none: the learning-rate monitor reports to a logger only: left out, with a note

@@ -13,7 +13,8 @@ from attnlab.decoding import DecodingOptions
 from attnlab.models.seq2seq_rnn import Seq2SeqRNN
 from attnlab.train import build_model, run
 from attnlab.translate import translate_lines
-from attnlab.utils.config import ConfigError, check_block_groups
+from attnlab.errors import ConfigError
+from attnlab.utils.config import check_block_groups
 
 # a few hundred number pairs, a small net, one short epoch: the plumbing, not the quality
 TINY = [

@@ -10,7 +10,8 @@ import torch
 from helpers import compose_train
 
 from attnlab.train import run
-from attnlab.utils.config import ConfigError, check_block_groups, used_groups
+from attnlab.errors import ConfigError
+from attnlab.utils.config import check_block_groups, used_groups
 
 QUIET = ["callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false", "logger=csv"]
 

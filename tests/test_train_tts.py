@@ -20,7 +20,8 @@ from helpers import compose_train, explorer_data, wandb_html_keys
 
 from attnlab.paths import ROOT
 from attnlab.train import build_model, run
-from attnlab.utils.config import ConfigError, check_block_groups
+from attnlab.errors import ConfigError
+from attnlab.utils.config import check_block_groups
 
 QUIET = ["callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false"]
 # A tiny corpus and model: 24 utterances of 0..99, 4 training batches of 4, a few Griffin-Lim iterations.
@@ -144,7 +145,7 @@ def _one_line_error(proc: subprocess.CompletedProcess, message: str) -> str:
 def test_synthesize_refuses_missing_and_other_family_checkpoints(cache_dir, tmp_path):
     """The shared loader (checkpoints.load_task, weights_only=True): one line naming the file and, for another
     model family, the entry point that serves it."""
-    from attnlab.checkpoints import CheckpointError
+    from attnlab.errors import CheckpointError
     from attnlab.synthesize import load_tts
 
     missing = tmp_path / "nope.ckpt"
@@ -209,7 +210,7 @@ def test_synthesize_cli_speaks_a_text_longer_than_the_model_reads_in_pieces(tts_
 
 
 def test_synthesize_cli_refuses_bad_options_in_one_line(cache_dir, tmp_path):
-    from attnlab.cli_input import OptionError
+    from attnlab.errors import OptionError
     from attnlab.synthesize import check_options
     from test_safe_checkpoints import compose_cli
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from test_safe_checkpoints import LEGACY_MT, cli, compose_cli
 
-from attnlab.cli_input import OptionError
+from attnlab.errors import OptionError
 from attnlab.translate import check_options
 
 LONG = " ".join(["seventy-seven thousand"] * 20)  # ~200 tokens for this checkpoint's tokenizer: over its 32

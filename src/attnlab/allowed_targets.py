@@ -32,7 +32,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
+from .errors import UnsafeTargetError
 from .paths import CONF_DIR
 
 # the groups a task is built from: its net's parts, and the optimizer and LR schedule it saves in its checkpoint
@@ -40,10 +40,6 @@ MODEL_GROUPS = ("model", "norm", "ffn", "moe", "attn", "pos", "optim", "sched")
 # keys that make Lightning import what they name when it builds a module from hyper-parameters
 LIGHTNING_CODE_KEYS = ("_instantiator", "_class_path")
 MAX_DEPTH = 64  # a config nests a few levels; deeper is a self-referencing interpolation, not a config
-
-
-class UnsafeTargetError(UserError, ValueError):
-    """A config from a file names code outside the allow-list; nothing from it was imported, built or run."""
 
 
 def _yaml_files(conf_dir: Path) -> Iterator[tuple[Path, Any]]:
@@ -89,12 +85,13 @@ def _conf_targets(conf_dir: Path = CONF_DIR) -> dict[str, frozenset[str]]:
 
 @functools.cache
 def _upgrade_targets() -> frozenset[str]:
-    """What :mod:`attnlab.checkpoint_upgrade` writes into an old checkpoint's net config."""
+    """What :mod:`attnlab.checkpoint_upgrade` writes into an old checkpoint's net config, and the old names of the
+    targets it renames (a saved run config's)."""
     from . import checkpoint_upgrade as up
 
     return frozenset([*up.NORM_LAYERS.values(), *up.ACTIVATIONS.values(), *up.POSITIONS.values(), up.ATTENTION,
                       "attnlab.modules.feedforward.FeedForward", "attnlab.modules.moe.mixture_of_experts",
-                      up.OPTIMIZER, up.SCHEDULE])
+                      up.OPTIMIZER, up.SCHEDULE, *up.MOVED_TARGETS])
 
 
 def _torch_layer(target: str) -> bool:
@@ -203,6 +200,8 @@ def load_config(path: str | Path, scope: str = "run"):
     the review notebooks)."""
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.load(path)
+    from .checkpoint_upgrade import upgrade_targets
+
+    cfg = upgrade_targets(OmegaConf.load(path))
     check_targets(cfg, str(path), scope)
     return cfg

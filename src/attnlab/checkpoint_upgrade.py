@@ -8,8 +8,10 @@ attention flag ``scaled``; the models named their stacks per family (``blocks``,
 with ``_target_`` (:mod:`attnlab.modules.parts`) and every family has ``encoder``/``decoder`` stacks with
 ``layers`` and ``final_norm``, and a ``head``. The parameters are the same tensors, in the same order (so an
 optimizer state resumes as well): only names move, and the ViT's position table loses its leading batch axis.
-Arguments added later with a default that changes behaviour (``ADDED_ARGS``: the TTS's ``text_eos``) are set to
-their old value in a config that does not name them.
+An ``ffn.activation`` that was one module (``{_target_: torch.nn.GELU}``) becomes the factory each feed-forward
+calls (``_partial_: true``); a shared module was saved under every layer's name, so a learnable one's weights load
+strictly into each layer's own. Arguments added later with a default that changes behaviour (``ADDED_ARGS``: the
+TTS's ``text_eos``) are set to their old value in a config that does not name them.
 
 A task's ``optimizer`` / ``scheduler`` config without ``_target_`` (a checkpoint from before the ``optim`` /
 ``sched`` groups, or a task built by hand with ``optimizer={"lr": ...}``) holds the arguments of AdamW and of the
@@ -24,7 +26,7 @@ warm-up + cosine schedule, the only ones there were; :func:`upgrade_optimizer_co
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping, MutableSequence
 from typing import Any
 
 NORM_LAYERS = {"layernorm": "torch.nn.LayerNorm", "rmsnorm": "attnlab.modules.norm.RMSNorm",
@@ -54,7 +56,8 @@ def upgrade_norm(spec: Mapping) -> dict:
 def upgrade_ffn(spec: Mapping) -> dict:
     activation = spec.get("activation", "gelu")
     return {"_target_": "attnlab.modules.feedforward.FeedForward", "_partial_": True,
-            "activation": {"_target_": ACTIVATIONS[activation]}, "gated": activation == "swiglu",
+            "activation": {"_target_": ACTIVATIONS[activation], "_partial_": True},
+            "gated": activation == "swiglu",
             "hidden_mult": spec.get("hidden_mult", 4.0), "multiple_of": spec.get("multiple_of", 8),
             # explicit: an old spec without the key had biases (SwiGLU included), today's gated default has none
             "bias": spec.get("bias", True)}
@@ -92,6 +95,10 @@ def upgrade_net_config(net: Any) -> Any:
         old_norm = group == "norm" and isinstance(out.get(group), Mapping) and "layer" not in out[group]
         if _is_spec(out.get(group), marker) or old_norm:
             out[group] = upgrade(out[group])
+    activation = out["ffn"].get("activation") if isinstance(out.get("ffn"), Mapping) else None
+    if isinstance(activation, Mapping) and "_target_" in activation and "_partial_" not in activation:
+        # the activation became a factory, built by each feed-forward (it was one module every layer shared)
+        out["ffn"] = {**out["ffn"], "activation": {**activation, "_partial_": True}}
     if "scaled" in out:  # the attention flag became an option of the attn group
         scaled = out.pop("scaled")
         if "attn" not in out and scaled is False:
@@ -103,6 +110,30 @@ def upgrade_net_config(net: Any) -> Any:
         if str(out.get("_target_", "")).rsplit(".", 1)[-1] == target and arg not in out:
             out[arg] = old_value
     return out
+
+
+# a class or function that moved: a run folder's saved config names it where it was (resume= compares it, the
+# claims build from it)
+MOVED_TARGETS = {"attnlab.data.hf_source.hf_datamodule": "attnlab.families.hf_datamodule"}
+
+
+def upgrade_targets(config: Any) -> Any:
+    """Rename, in place, every ``_target_`` of ``config`` (plain containers or an OmegaConf node) that moved; a value
+    that resolves only in its own run (``${hydra:...}``) is left as it is."""
+    stack = [config]
+    while stack:
+        node = stack.pop()
+        keys = list(node.keys()) if isinstance(node, MutableMapping) else range(len(node))
+        for key in keys:
+            try:
+                value = node[key]
+            except Exception:  # noqa: BLE001 - an interpolation of the run's own context, a missing value
+                continue
+            if key == "_target_" and isinstance(value, str) and value in MOVED_TARGETS:
+                node[key] = MOVED_TARGETS[value]
+            elif isinstance(value, (MutableMapping, MutableSequence)) and not isinstance(value, str):
+                stack.append(value)
+    return config
 
 
 # net class name -> (old key prefix, new key prefix), first match wins

@@ -43,7 +43,8 @@ import hydra
 import torch
 
 from .allowed_targets import check_targets, check_task_class
-from .errors import UserError, find_user_error, one_line_message
+from .errors import CheckpointError, UnsafeCheckpointError, UserError, find_user_error, one_line_message
+from .state_fit import check_fits
 
 # Types the safe unpickler may build beyond tensors and plain containers. Empty: attnlab's checkpoints need none.
 # Add a class here (never a function: a callable global is how a pickle runs code) only if train.py starts saving it.
@@ -54,14 +55,6 @@ torch.serialization.add_safe_globals(SAFE_GLOBALS)
 
 # Lightning's own names for a checkpoint (trainer.fit/test(ckpt_path="last"|"best"|...)): not files to check here
 LIGHTNING_CKPT_NAMES = ("last", "best", "hpc")
-
-
-class CheckpointError(UserError, ValueError):
-    """A missing, unreadable or wrong-family checkpoint; the message is one line for the user."""
-
-
-class UnsafeCheckpointError(CheckpointError):
-    """A checkpoint whose unpickling would build something other than tensors and plain containers (run code)."""
 
 
 def _load(path: Path, map_location: Any) -> Any:
@@ -210,33 +203,6 @@ def hyper_parameters(ckpt: dict, path: str | Path) -> dict:
         raise CheckpointError(f"{path} has no hyper_parameters with the model's net config (damaged, or not written "
                               f"by attnlab's train.py): the model cannot be rebuilt from it")
     return hparams
-
-
-def _shape(t: Any) -> str:
-    shape = tuple(getattr(t, "shape", ()))
-    return "x".join(map(str, shape)) or "a scalar"
-
-
-def check_fits(model: torch.nn.Module, state_dict: Any, path: str | Path) -> None:
-    """Refuse in one line a state dict that does not fit ``model`` (another size, other parts, keys missing or
-    extra), as the strict ``load_state_dict`` would, naming the file and the first difference; keys of an earlier
-    layout are expected renamed already (``Task.on_load_checkpoint``)."""
-    if not isinstance(state_dict, Mapping):
-        raise CheckpointError(f"{path} holds no state_dict (the weights): damaged, or not written by train.py")
-    own = model.state_dict()
-    hint = ("; it was trained with other model settings: give the overrides of its run "
-            "(<run>/.hydra/overrides.yaml), or a checkpoint of this model")
-    for key, value in own.items():
-        if key in state_dict and tuple(getattr(state_dict[key], "shape", ())) != tuple(getattr(value, "shape", ())):
-            raise CheckpointError(f"{path} does not fit this model: size mismatch for {key}: checkpoint "
-                                  f"{_shape(state_dict[key])}, this model {_shape(value)}{hint}")
-    missing = [k for k in own if k not in state_dict]
-    extra = [k for k in state_dict if k not in own]
-    for keys, verdict in ((missing, "this model has {} that the checkpoint lacks"),
-                          (extra, "the checkpoint has {} that this model lacks")):
-        if keys:
-            more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
-            raise CheckpointError(f"{path} does not fit this model: {verdict.format(keys[0] + more)}{hint}")
 
 
 def build_task(task_cls: type, ckpt: dict, path: str | Path, device: str = "cpu"):

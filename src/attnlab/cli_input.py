@@ -13,12 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from .errors import OptionError, UserError
-
-
-
-class InputError(UserError, ValueError):
-    """An input file or stdin the entry point cannot read (missing, empty, not UTF-8)."""
+from .errors import InputError, OptionError, OutputError
 
 
 def _shown(value: Any) -> str:
@@ -74,10 +69,6 @@ def is_device(value: Any) -> bool:
 
 
 DEVICE_HELP = "cpu, or cuda / cuda:N on a machine with that GPU"
-
-
-class OutputError(UserError, OSError):
-    """An output path the entry point cannot write (a file where a folder must be, a read-only disk)."""
 
 
 def check_output(key: str, path: str | Path | None, folder: bool = False) -> Path | None:

@@ -28,16 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UserError, one_line_message
+from .errors import CompareError, UserError, one_line_message
 from .sweep_jobs import SweepJob, sweep_jobs
 from .utils.sweep import override_key, setting_overrides
 
 # metrics for which lower is better (--mode auto); anything else (acc, bleu, chrf, exact_match, mfu) is higher-better
 LOWER_IS_BETTER = ("loss", "ppl", "perplexity", "error", "wer", "cer", "time", "_ms", "bpc")
-
-
-class CompareError(UserError, ValueError):
-    """A sweep, metric or option that cannot be compared; the command prints its one line and exits with 2."""
 
 
 @dataclass

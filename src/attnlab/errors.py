@@ -1,4 +1,4 @@
-"""Errors the project raises on purpose, and the one handler that turns them into one line and an exit status.
+"""Every error the project raises on purpose, and the one handler that turns them into one line and an exit status.
 
 A :class:`UserError` is a bad input the user can fix (a config value, a data file, a checkpoint, a CLI option):
 every entry point prints its message as one line and exits with ``exit_code`` (2), without a traceback. Anything
@@ -7,6 +7,9 @@ else is a bug and keeps its traceback. ``HYDRA_FULL_ERROR=1`` shows the tracebac
 Hydra and Lightning wrap exceptions raised inside what they call (``instantiate`` raises
 ``InstantiationException from e``), so the handler looks for a UserError along the ``__cause__``/``__context__``
 chain rather than at the outermost exception only.
+
+The classes live here, at the bottom of the import layers (docs/layout.md), so that any module can raise one and any
+entry point can catch one without importing the module that raises it.
 """
 
 from __future__ import annotations
@@ -24,9 +27,134 @@ class UserError(Exception):
     exit_code = 2
 
 
+# --- a setting ---------------------------------------------------------------------------------------------------
+
+
+class ConfigError(UserError, ValueError):
+    """A config choice that cannot work; train.py prints its one-line message and exits with status 2."""
+
+
+class PartError(UserError, ValueError):
+    """A config-group part that cannot be built; one line naming the group."""
+
+
+class UnsafeTargetError(UserError, ValueError):
+    """A config from a file names code outside the allow-list; nothing from it was imported, built or run."""
+
+
+def at_least(name: str, value: int, lo: int) -> int:
+    """``value`` if it is >= ``lo``, else a one-line ConfigError naming the setting (callbacks' ``every_n_*``)."""
+    if value < lo:
+        raise ConfigError(f"{name} must be >= {lo}, got {value}")
+    return value
+
+
+# --- a data file -------------------------------------------------------------------------------------------------
+# They keep the built-in type a caller would expect (ValueError for a bad file, FileNotFoundError for a missing one).
+
+
+class DataError(UserError, ValueError):
+    """A data file (or folder) that is not in the expected format: the message names the file and, where it
+    applies, the line or byte offset."""
+
+
+class DataFileNotFoundError(DataError, FileNotFoundError):
+    """A data file or folder that does not exist (or is a folder where a file is expected, or the reverse)."""
+
+
+class CorpusError(ConfigError, DataError):
+    """A speech folder that cannot be read; the message is one line naming the file."""
+
+
+class CIFAR10FormatError(DataError):
+    """A CIFAR-10 batch file that is not what the format says."""
+
+
+class CIFAR10DownloadError(DataError):
+    """``data.download=true`` could not fetch or unpack the archive (no network, a corrupt copy): one line, exit 2,
+    instead of urllib's traceback; the user can fetch it by hand."""
+
+
+class AudioFileError(UserError, ValueError):
+    """A WAV file that cannot be used as it is; the message is one line naming the file."""
+
+
+# --- a checkpoint or a run folder --------------------------------------------------------------------------------
+
+
+class CheckpointError(UserError, ValueError):
+    """A missing, unreadable or wrong-family checkpoint; the message is one line for the user."""
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """A checkpoint whose unpickling would build something other than tensors and plain containers (run code)."""
+
+
+class ResumeError(UserError, ValueError):
+    """``resume=`` names no run, or a run of another model or data."""
+
+
+class DamagedCheckpointError(ResumeError):
+    """The run to resume has no checkpoint that can be read."""
+
+
+class FolderError(UserError, OSError):
+    """The run folder cannot be created or written."""
+
+
+class UsedFolderError(UserError, FileExistsError):
+    """A new run (or sweep) into a folder that already holds one."""
+
+
+class RunFolderBusy(UserError, RuntimeError):
+    """Another live process holds the run folder's lock."""
+
+
+# --- a command line's options, input and output -------------------------------------------------------------------
+
+
 class OptionError(UserError, ValueError):
-    """An option with a value the code cannot use (a CLI's, or a decoding option); the message names key, value and
-    what is allowed: ``key=value is not allowed: <what is>``."""
+    """A command-line option with a value the entry point cannot use; the message names key, value and what is
+    allowed."""
+
+
+class InputError(UserError, ValueError):
+    """An input file or stdin the entry point cannot read (missing, empty, not UTF-8)."""
+
+
+class InputTooLongError(UserError, ValueError):
+    """on_too_long=error: an input line has more tokens than the model's position table."""
+
+
+class OutputError(UserError, OSError):
+    """An output path the entry point cannot write (a file where a folder must be, a read-only disk)."""
+
+
+# --- reading finished runs back -----------------------------------------------------------------------------------
+
+
+class RunHistoryError(UserError, ValueError):
+    """A run's logged metrics file that cannot be read (not UTF-8, not CSV)."""
+
+
+class SweepJobError(UserError, ValueError):
+    """A job folder's file that cannot be read (corrupt YAML or JSON, a value of the wrong type): one line naming
+    it, so that a comparison never stops on a traceback nor reads a damaged file as something else."""
+
+
+class CompareError(UserError, ValueError):
+    """A sweep, metric or option that cannot be compared; the command prints its one line and exits with 2."""
+
+
+class WandbRunError(UserError):
+    """An offline W&B run could not be read."""
+
+
+class WorkspaceError(UserError):
+    """The folder cannot be turned into a workspace (no jobs, no W&B runs, an unlogged metric)."""
+
+
+# --- a failed run (not a bad input: exit 1) -----------------------------------------------------------------------
 
 
 class NonFiniteLossError(RuntimeError):

@@ -16,9 +16,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
-from .checkpoints import CheckpointError, load_task
-from .cli_input import InputError, check, check_output
-from .errors import one_line_errors
+from .checkpoints import load_task
+from .cli_input import check, check_output
+from .errors import CheckpointError, InputError, one_line_errors
 from .paths import CONF_DIR
 
 log = logging.getLogger(__name__)

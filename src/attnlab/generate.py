@@ -17,10 +17,10 @@ from omegaconf import DictConfig
 
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 from .checkpoints import load_task as load_checkpoint
-from .cli_input import DEVICE_HELP, OptionError, check, is_device, is_int, is_seed
+from .cli_input import DEVICE_HELP, check, is_device, is_int, is_seed
 from .data.tokenizer import BPETokenizer
 from .decoding.options import DecodingOptions
-from .errors import one_line_errors
+from .errors import OptionError, one_line_errors
 from .hydra_errors import one_line_hydra_errors
 from .paths import CONF_DIR
 

@@ -25,7 +25,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from .errors import UserError
+from .checkpoint_upgrade import upgrade_net_config, upgrade_targets
+from .errors import DamagedCheckpointError, ResumeError
 from .quoting import shell_override
 
 log = logging.getLogger(__name__)
@@ -34,25 +35,18 @@ LAST = Path("checkpoints") / "last.ckpt"
 SAVED_CONFIG = Path(".hydra") / "config.yaml"
 
 
-class ResumeError(UserError, ValueError):
-    pass
-
-
-class DamagedCheckpointError(ResumeError):
-    pass
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # which model a run trained
 # ----------------------------------------------------------------------------------------------------------------
 def model_identity(model: Any) -> tuple[str | None, dict | None]:
-    """``(model.name, resolved model.net)`` of a composed config's ``model`` node; the net is None when it does not
-    resolve (then only the names are compared)."""
+    """``(model.name, resolved model.net)`` of a composed config's ``model`` node, the net in today's form (a run
+    saved before a part's form changed is the same model); the net is None when it does not resolve (then only the
+    names are compared)."""
     if not isinstance(model, DictConfig):
         return None, None
     name = model.get("name")
     try:
-        net = OmegaConf.to_container(model.net, resolve=True) if "net" in model else None
+        net = upgrade_net_config(OmegaConf.to_container(model.net, resolve=True)) if "net" in model else None
     except Exception:  # noqa: BLE001 - an interpolation that needs the run's own context (e.g. ${hydra:...})
         net = None
     return (None if name is None else str(name)), net
@@ -155,7 +149,7 @@ def saved_config(run_dir: str | Path) -> DictConfig | None:
         saved = OmegaConf.load(Path(run_dir) / SAVED_CONFIG)
     except Exception:  # noqa: BLE001 - missing or unreadable: unknown
         return None
-    return saved if isinstance(saved, DictConfig) else None
+    return upgrade_targets(saved) if isinstance(saved, DictConfig) else None
 
 
 def check_tokenizer(ckpt_path: str | Path, datamodule: Any, option: str = "resume") -> None:

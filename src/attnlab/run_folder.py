@@ -47,7 +47,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from . import resume
-from .errors import UserError, one_line_message
+from .errors import ConfigError, FolderError, UsedFolderError, UserError, one_line_message
 from .run_lock import LOCK_NAME, RunLock
 
 log = logging.getLogger(__name__)
@@ -106,10 +106,6 @@ def _never_swallowed(hook):
     return guarded
 
 
-class FolderError(UserError, OSError):
-    """The run folder cannot be created or written."""
-
-
 def claim(folder: Path) -> None:
     """Create ``folder`` (recording what this process created) and lock it; refuse in one line otherwise."""
     folder = folder.absolute()
@@ -141,10 +137,6 @@ def _folder_error(folder: Path, e: OSError) -> FolderError:
     where = f" ({e.filename})" if e.filename and Path(str(e.filename)) != folder else ""
     return FolderError(f"cannot create or write the run folder {folder}: {reason}{where}; "
                        f"choose another hydra.run.dir / paths.log_dir")
-
-
-class UsedFolderError(UserError, FileExistsError):
-    """A new run (or sweep) into a folder that already holds one."""
 
 
 EXISTING_RUN_CHOICES = ("refuse", "move_aside")
@@ -372,8 +364,6 @@ class RunFolderCheck(Callback):
         folder = _run_dir(config)
         problem = _task_config_problem(config, folder)
         if problem:
-            from .utils.config import ConfigError
-
             _refuse(ConfigError(problem))
         top = next((p for p in reversed([folder, *folder.parents]) if not p.exists()), None)
         try:

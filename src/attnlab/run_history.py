@@ -23,12 +23,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import UserError, one_line_message
+from .errors import RunHistoryError, one_line_message
 from .quoting import shell_path
-
-
-class RunHistoryError(UserError, ValueError):
-    """A run's logged metrics file that cannot be read (not UTF-8, not CSV)."""
 
 
 @dataclass

@@ -17,15 +17,11 @@ import logging
 import os
 from pathlib import Path
 
-from .errors import UserError
+from .errors import RunFolderBusy
 
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".lock"
-
-
-class RunFolderBusy(UserError, RuntimeError):
-    """Another live process holds the run folder's lock."""
 
 
 class RunLock:

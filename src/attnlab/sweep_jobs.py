@@ -14,14 +14,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError, one_line_message
+from .errors import SweepJobError, one_line_message
 from .run_history import History, read_history
 from .utils.sweep import SEED_KEY, STATUS_FILE
-
-
-class SweepJobError(UserError, ValueError):
-    """A job folder's file that cannot be read (corrupt YAML or JSON, a value of the wrong type): one line naming
-    it, so that a comparison never stops on a traceback nor reads a damaged file as something else."""
 
 
 def _load(path: Path, what: str, parse, kind: type):
@@ -83,11 +78,12 @@ class SweepJob:
         from omegaconf import DictConfig, OmegaConf
 
         from .allowed_targets import check_targets
+        from .checkpoint_upgrade import upgrade_targets
 
         path = self.dir / ".hydra" / "config.yaml"
         if not path.is_file():
             return OmegaConf.create({})
-        config = _load(path, "YAML config", OmegaConf.create, DictConfig)
+        config = upgrade_targets(_load(path, "YAML config", OmegaConf.create, DictConfig))
         check_targets(config, str(path), scope="run")  # the claims build data and models from it: data, not code
         return config
 

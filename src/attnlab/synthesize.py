@@ -30,11 +30,10 @@ from omegaconf import DictConfig
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 from .audio.features import MelExtractor
 from .audio.wav import write_wav
-from .checkpoints import CheckpointError, load_task
-from .cli_input import (DEVICE_HELP, InputError, check, check_output, is_device, is_int, is_number, is_seed,
-                        read_lines)
+from .checkpoints import load_task
+from .cli_input import DEVICE_HELP, check, check_output, is_device, is_int, is_number, is_seed, read_lines
 from .data.characters import CharVocab, normalize_text
-from .errors import one_line_errors
+from .errors import CheckpointError, InputError, one_line_errors
 from .hydra_errors import one_line_hydra_errors
 from .paths import CONF_DIR
 

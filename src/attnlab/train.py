@@ -22,12 +22,12 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from . import ddp, resume, run_folder
 from .allowed_targets import check_targets
 from .atomic_files import disk_full, write_atomic
-from .errors import CheckpointWriteError, NonFiniteLossError, find_user_error, one_line_message
+from .errors import CheckpointWriteError, ConfigError, NonFiniteLossError, find_user_error, one_line_message
 from .paths import CONF_DIR
 from .quoting import shell_override
 from .utils.hardware import slow_bf16_warning
 from .utils.sweep import WANDB_TAG_MAX, one_line, setting_name, setting_overrides, write_job_status
-from .utils.config import ConfigError, auto_tags, check_block_groups, flatten, print_config_tree, used_groups
+from .utils.config import auto_tags, check_block_groups, flatten, print_config_tree, used_groups
 from .utils.validate import validate_config
 
 if TYPE_CHECKING:

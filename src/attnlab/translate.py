@@ -23,11 +23,10 @@ import torch
 from omegaconf import DictConfig
 
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
-from .checkpoints import CheckpointError, load_task
-from .cli_input import (DEVICE_HELP, InputError, OptionError, check, check_output, is_device, is_int, read_lines,
-                        write_output)
+from .checkpoints import load_task
+from .cli_input import DEVICE_HELP, check, check_output, is_device, is_int, read_lines, write_output
 from .decoding.options import DecodingOptions
-from .errors import UserError, one_line_errors
+from .errors import CheckpointError, InputError, InputTooLongError, OptionError, UserError, one_line_errors
 from .hydra_errors import one_line_hydra_errors
 from .paths import CONF_DIR
 
@@ -36,10 +35,6 @@ log = logging.getLogger(__name__)
 # Exit status when every line was read but some were too long and left untranslated (documented in translate.yaml)
 EXIT_SKIPPED = 3
 ON_TOO_LONG = ("skip", "truncate", "error")
-
-
-class InputTooLongError(UserError, ValueError):
-    """on_too_long=error: an input line has more tokens than the model's position table."""
 
 
 @dataclass

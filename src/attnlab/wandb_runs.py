@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
+from .errors import WandbRunError
 
 LEET_TIMEOUT_S = 120  # one run's log: well under a second of wandb-core; generous for a busy machine
 
@@ -38,10 +38,6 @@ def media_kind(summary_value: Any) -> str | None:
     if kind == "html-file":
         return "html"
     return None
-
-
-class WandbRunError(UserError):
-    """An offline W&B run could not be read."""
 
 
 @dataclass

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from .cli_input import check_output
-from .errors import UserError, one_line_message
+from .errors import UserError, WorkspaceError, one_line_message
 from .quoting import shell_path
 from .sweep_jobs import SweepJob
 from .wandb_runs import OfflineRun, offline_run_dirs, read_offline_runs
@@ -53,10 +53,6 @@ WORKSPACE_FILE = "wandb_workspace.json"
 SEED_KEYS = ("seed",)
 DEFAULT_METRIC = "val/loss"
 STEP_KEY = "trainer/global_step"  # Lightning's WandbLogger logs every metric against it (define_metric)
-
-
-class WorkspaceError(UserError):
-    """The folder cannot be turned into a workspace (no jobs, no W&B runs, an unlogged metric)."""
 
 
 # ---------------------------------------------------------------------------------------------------- reading

@@ -14,7 +14,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from attnlab.callbacks.nonfinite import NonFiniteGuard, NonFiniteLossError
+from attnlab.errors import NonFiniteLossError
+from attnlab.callbacks.nonfinite import NonFiniteGuard
 from attnlab.train import run
 
 N_BATCHES = 8

@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import compose_train, run_cli
 
-from attnlab.data.errors import ConfigError, DataError, DataFileNotFoundError
+from attnlab.errors import ConfigError, DataError, DataFileNotFoundError
 from attnlab.data.hf_source import hf_pairs, iter_text, load_hf
 from attnlab.data.lm_datamodule import LMDataModule
 from attnlab.data.translation_datamodule import TranslationDataModule

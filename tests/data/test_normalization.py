@@ -16,7 +16,7 @@ from attnlab.data.normalization import TextNormalization, corpus_lower_words
 from attnlab.data.numbers import HELD_OUT_NAMES, english_words, target_words
 from attnlab.data.tokenizer import BPETokenizer, bpe_cache_path, train_or_load_bpe
 from attnlab.data.translation_datamodule import TranslationDataModule, encode_sources
-from attnlab.utils.config import ConfigError
+from attnlab.errors import ConfigError
 
 SMALL = dict(train_size=600, val_size=80, test_size=80, vocab_size=1024, seq_len=64, seed=0)
 

@@ -18,7 +18,7 @@ from torch.utils.data import DistributedSampler
 import attnlab.data.lm_datamodule as lmdm
 import attnlab.data.shards as shards
 from attnlab.data.corpus import pydoc_text
-from attnlab.data.errors import DataError, DataFileNotFoundError
+from attnlab.errors import DataError, DataFileNotFoundError
 from attnlab.data.loading import StridedSampler
 from attnlab.data.normalization import TextNormalization
 from attnlab.data.shards import TokenStream, build_shards, read_manifest

@@ -14,8 +14,9 @@ import torch
 from attnlab.audio.espeak import ESpeak
 from attnlab.data.characters import CharVocab
 from attnlab.data.espeak_corpus import corpus_sentences, ensure_espeak_corpus, pydoc_sentences
-from attnlab.data.ljspeech import CorpusError, read_metadata
+from attnlab.data.ljspeech import read_metadata
 from attnlab.data.speech_datamodule import EspeakDataModule, SpeechDataModule
+from attnlab.errors import ConfigError, CorpusError
 
 N_UTT = 16
 
@@ -136,7 +137,6 @@ def test_reader_refuses_wrong_rate_stereo_missing_and_malformed(broken):
     with pytest.raises(CorpusError) as e:
         SpeechDataModule(path=str(broken / "nope")).setup()
     _one_line(e, "LJSpeech folder not found", "nope")
-    from attnlab.utils.config import ConfigError
 
     assert isinstance(e.value, ConfigError)  # train.py: this one line and exit status 2, no traceback
 

@@ -6,12 +6,10 @@ import pytest
 import torch
 from vision_helpers import CLASSES, write_tiny_cifar
 
-from attnlab.data.cifar10 import (CIFAR10DataModule, CIFAR10DownloadError, CIFAR10FormatError, download_cifar10,
-                                 load_cifar10, read_batch)
+from attnlab.data.cifar10 import CIFAR10DataModule, download_cifar10, load_cifar10, read_batch
 from attnlab.data.digits import DigitsDataModule
 from attnlab.data.images import RandomCrop, RandomHorizontalFlip, RepeatedDataset, stratified_split
-from attnlab.data.errors import ConfigError, DataFileNotFoundError
-from attnlab.errors import UserError
+from attnlab.errors import CIFAR10DownloadError, CIFAR10FormatError, ConfigError, DataFileNotFoundError, UserError
 
 
 # --- digits ------------------------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ import torch
 
 from attnlab.audio.espeak import ESpeak
 from attnlab.audio.features import MelExtractor
-from attnlab.data.characters import EOS_ID, CharVocab
+from attnlab.data.characters import CharVocab
+from attnlab.special_tokens import CHAR_EOS_ID as EOS_ID
 from attnlab.data.speech_datamodule import collate_speech
 from attnlab.decoding.tts import TTSStepper, generate_mel
 from attnlab.models.tts import TransformerTTS

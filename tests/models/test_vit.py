@@ -1,14 +1,14 @@
 import pytest
 import torch
 
-from attnlab.errors import UserError
-from attnlab.models.vit import PatchEmbedding, VisionTransformer, sinusoidal_table_2d
+from attnlab.errors import ConfigError, UserError
+from attnlab.models.vit import PatchEmbedding, VisionTransformer
+from attnlab.modules.positional import sinusoidal_table_2d
 from attnlab.modules.block import EncoderBlock
 from attnlab.modules.feedforward import FeedForward
 from attnlab.modules.moe import MixtureOfExperts
 from attnlab.modules.parts import load_part
 from attnlab.modules.positional import LearnedPositions, NoPositions, SinusoidalPositions
-from attnlab.utils.config import ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: a second thread only contends
 
@@ -116,14 +116,14 @@ def test_groups_reach_every_block():
                moe=load_part("moe", "on", num_experts=4, top_k=2))
     assert len(net.encoder.layers) == 3
     for block in net.encoder.layers:
-        assert isinstance(block, EncoderBlock) and block.placement == "pre"
+        assert isinstance(block, EncoderBlock) and block.pre_norm
         assert isinstance(block.sa_norm, torch.nn.RMSNorm) and isinstance(block.ffn_norm, torch.nn.RMSNorm)
         assert isinstance(block.ffn, MixtureOfExperts) and len(block.ffn.experts) == 4
         assert all(isinstance(e, FeedForward) and e.gate_proj is not None for e in block.ffn.experts)
     assert isinstance(net.encoder.final_norm, torch.nn.RMSNorm)
     assert net(torch.randn(2, 1, 8, 8)).shape == (2, 10)
     post = tiny(norm=load_part("norm", "post"))
-    assert all(b.placement == "post" for b in post.encoder.layers)
+    assert not any(b.pre_norm for b in post.encoder.layers)
     assert isinstance(post.encoder.final_norm, torch.nn.Identity)
 
 

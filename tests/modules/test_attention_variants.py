@@ -7,10 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.errors import UserError
+from attnlab.errors import ConfigError, UserError
 from attnlab.modules.attention import KVCache, MultiHeadAttention
 from attnlab.modules.positional import ALiBi, RotaryEmbedding
-from attnlab.utils.config import ConfigError
 
 B, T, D, H = 3, 9, 32, 4
 DH = D // H

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from attnlab.modules.feedforward import FeedForward, ffn_hidden_dim
-from attnlab.modules.parts import PartError, load_part, resolve_part
+from attnlab.errors import PartError
+from attnlab.modules.parts import load_part, resolve_part
 
 GATED = {"relu": False, "gelu": False, "swiglu": True, "geglu": True}
 
@@ -113,6 +114,9 @@ def test_unknown_option_and_bad_activation_are_one_line_errors():
     with pytest.raises(PartError, match="ffn: cannot build") as e:
         resolve_part("ffn", bad, None)
     assert "\n" not in str(e.value)
+    # one module for every layer (a config without _partial_) is refused, not shared
+    with pytest.raises(PartError, match=r"^ffn\.activation must build one module per layer .*_partial_: true"):
+        FeedForward(8, nn.PReLU())
 
 
 def test_geglu_is_one_yaml_file_and_computes_gelu_gating():

@@ -12,7 +12,7 @@ from attnlab.modules.feedforward import FeedForward
 
 
 def build_ffn(activation: str, dim: int, hidden_mult: float = 4.0) -> FeedForward:
-    return FeedForward(dim, nn.ReLU() if activation == "relu" else nn.GELU(), hidden_mult=hidden_mult)
+    return FeedForward(dim, nn.ReLU if activation == "relu" else nn.GELU, hidden_mult=hidden_mult)
 from attnlab.modules.moe import MixtureOfExperts, expert_fractions, moe_layers, moe_losses
 
 D, E = 16, 4

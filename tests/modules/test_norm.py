@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from attnlab.modules.norm import RMSNorm
-from attnlab.modules.parts import PartError, load_part, resolve_norm
+from attnlab.errors import PartError
+from attnlab.modules.parts import load_part, resolve_norm
 from attnlab.paths import CONF_DIR
 
 

@@ -14,7 +14,8 @@ from attnlab.modules.block import DecoderBlock, DecoderCache, EncoderBlock
 from attnlab.modules.feedforward import FeedForward
 from attnlab.modules.moe import MixtureOfExperts
 from attnlab.modules.norm import RMSNorm
-from attnlab.modules.parts import BlockParts, Norm, PartError, load_part, resolve_norm, resolve_part
+from attnlab.errors import PartError
+from attnlab.modules.parts import BlockParts, Norm, load_part, resolve_norm, resolve_part
 from attnlab.modules.positional import RotaryEmbedding
 from attnlab.modules.stack import TransformerStack, build_layer, build_stack
 
@@ -80,7 +81,7 @@ def test_load_part_unknown_option_names_the_choices():
 
 
 def test_a_norm_placement_must_be_known():
-    with pytest.raises(PartError, match="placement"):
+    with pytest.raises(PartError, match=r"^norm\.placement=middle: choose one of pre, post$"):
         Norm(nn.LayerNorm, "middle")
 
 
@@ -98,7 +99,7 @@ def test_build_layer_grid(norm, ffn, moe):
     assert isinstance(block.self_attn, MultiHeadAttention) and not block.self_attn.is_cross
     assert type(block.sa_norm) is NORM_TYPES[norm] and type(block.ffn_norm) is NORM_TYPES[norm]
     assert block.sa_norm is not block.ffn_norm
-    assert block.placement == ("post" if norm == "post" else "pre")
+    assert block.pre_norm == (norm != "post")
     if moe == "on":
         assert isinstance(block.ffn, MixtureOfExperts)
         assert block.ffn.num_experts == 3 and block.ffn.top_k == 2
@@ -136,11 +137,6 @@ def test_pre_and_post_placement_differ_and_follow_their_formulas():
     torch.testing.assert_close(y_post, post.ffn_norm(h + post.ffn(h)), atol=ATOL, rtol=0)
     # post-norm output is normalized per token (fresh LayerNorm weight 1, bias changed -> mean = bias mean)
     torch.testing.assert_close(y_post.mean(-1), post.ffn_norm.bias.mean().expand(2, 5), atol=1e-4, rtol=0)
-
-
-def test_block_placement_checked():
-    with pytest.raises(ValueError, match="placement"):
-        EncoderBlock(MultiHeadAttention(D, H), nn.Identity(), nn.Identity(), nn.Identity(), placement="middle")
 
 
 def test_block_padding_mask_and_rotary_pass_through():

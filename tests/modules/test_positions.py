@@ -9,8 +9,7 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from attnlab.errors import UserError
-from attnlab.models.vit import sinusoidal_table_2d
+from attnlab.errors import ConfigError, UserError
 from attnlab.modules.attention import MultiHeadAttention
 from attnlab.modules.positional import (
     ALiBi,
@@ -24,8 +23,8 @@ from attnlab.modules.positional import (
     SinusoidalPositions,
     alibi_slopes,
     sinusoidal_table,
+    sinusoidal_table_2d,
 )
-from attnlab.utils.config import ConfigError
 
 MAX_LEN, D, H = 16, 32, 4
 KINDS = {"none": NoPositions, "learned": LearnedPositions, "sinusoidal": SinusoidalPositions,

@@ -7,7 +7,7 @@ import pytest
 from helpers import compose_train
 
 from attnlab.paths import CONF_DIR
-from attnlab.utils.config import ConfigError
+from attnlab.errors import ConfigError
 from attnlab.utils.validate import PRECISIONS, config_problems, validate_config
 
 
@@ -71,16 +71,14 @@ BAD = [
     (["model=causal_lm", "ffn.hidden_mult=0"], "ffn.hidden_mult=0: must be a number > 0"),
     (["model=causal_lm", "pos=rotary", "model.net.d_model=66", "model.net.n_heads=6"],
      "pos=rotary needs an even head dimension, but model.net.d_model=66 / model.net.n_heads=6 = 11"),
-    (["model=causal_lm", "norm.placement=middle"], "norm.placement=middle: choose one of pre, post"),
     (["model=causal_lm", "ffn.activation=tanh"], "ffn.activation=tanh: must be a module config such as "
-     "{_target_: torch.nn.GELU} (or choose ffn=" + "|".join(sorted(p.stem for p in (CONF_DIR / "ffn").glob("*.yaml")))
+     "{_target_: torch.nn.GELU, _partial_: true} (or choose ffn=" + "|".join(sorted(p.stem for p in (CONF_DIR / "ffn").glob("*.yaml")))
      + ")"),
     (["model=causal_lm", "attn.window=0"], "attn.window=0: must be a positive integer (or null)"),
     (["model=causal_lm", "attn=gqa", "attn.kv_heads=0"], "attn.kv_heads=0: must be a positive integer (or null)"),
     (["model=causal_lm", "model.net.n_heads=6", "attn.kv_heads=4"],
      "model.net.n_heads=6 is not divisible by attn.kv_heads=4 (grouped-query attention shares each key/value head "
      "among n_heads / kv_heads query heads)"),
-    (["model=causal_lm", "norm.placement=middle"], "norm.placement=middle: choose one of pre, post"),
     # transformer translation (and the non-autoregressive one)
     (["model=transformer_mt", "+model.net.n_encoder_layers=0"],
      "model.net.n_encoder_layers=0: must be a positive integer (or null)"),

@@ -7,11 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import UserError
-
-
-class AudioFileError(UserError, ValueError):
-    """A WAV file that cannot be used as it is; the message is one line naming the file."""
+from ..errors import AudioFileError
 
 
 def write_wav(path: str | Path, wave, sample_rate: int) -> Path:

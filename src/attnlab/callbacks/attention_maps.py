@@ -71,7 +71,7 @@ from lightning.pytorch.utilities import move_data_to_device, rank_zero_warn
 from ..modules.attention import capture_attention
 from ..tasks.protocols import (AttentionSample, AttentionSource, ExplorerViewSource, ListeningSampleSource,
                                RendersAttention)
-from ..utils.config import at_least
+from ..errors import at_least
 from ..utils.plotting import attention_heatmap_figure, file_stem, save_figure
 from .media import log_image, run_dir, wandb_loggers
 

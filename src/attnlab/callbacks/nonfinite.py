@@ -78,8 +78,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from ..errors import NonFiniteLossError  # noqa: F401  (raised here; defined without Lightning for train.py)
-from ..utils.config import at_least
+from ..errors import NonFiniteLossError, at_least
 
 __all__ = ["NonFiniteGuard", "NonFiniteLossError"]
 

@@ -72,7 +72,7 @@ from typing import Any, Sequence
 import lightning as L
 import torch
 from ..quoting import shell_override
-from ..utils.config import at_least
+from ..errors import at_least
 
 __all__ = ["PreemptionCheckpoint", "TestInterrupted", "preemption_signal"]
 

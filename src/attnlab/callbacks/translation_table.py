@@ -17,7 +17,7 @@ import lightning as L
 
 from ..tasks.protocols import TranslationRow, TranslationTableSource
 from .media import run_dir, wandb_loggers, writes_now
-from ..utils.config import at_least
+from ..errors import at_least
 
 COLUMNS = ["source", "reference", "hypothesis"]
 

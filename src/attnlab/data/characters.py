@@ -5,8 +5,9 @@ Text is lower-cased and its whitespace collapsed (``normalize_text``); any chara
 (LJSpeech/eSpeak data) and ``synthesize`` read text through the identical function, and a checkpoint needs no
 stored normalizer (unlike the BPE tokenizers, see ``normalization.py``).
 
-``<eos>`` (the last id, so the older ids keep their meaning) is never produced by ``encode``: the TTS model appends
-it after each text itself when built with ``text_eos`` (ESPnet's convention, see :mod:`attnlab.models.tts`).
+The alphabet and its ids are in :mod:`attnlab.special_tokens` (the model reads them too). ``<eos>`` is never
+produced by ``encode``: the TTS model appends it after each text itself when built with ``text_eos`` (ESPnet's
+convention, see :mod:`attnlab.models.tts`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,7 @@ import re
 
 import torch
 
-PAD, UNK, EOS = "<pad>", "<unk>", "<eos>"
-ALPHABET = " abcdefghijklmnopqrstuvwxyz0123456789'\".,;:!?-()"
-SYMBOLS = (PAD, UNK, *ALPHABET, EOS)
-EOS_ID = len(SYMBOLS) - 1  # 50: appended last, so checkpoints from before it (50 ids) read the same ids
+from ..special_tokens import CHAR_EOS_ID, CHAR_PAD_ID, CHAR_SYMBOLS, CHAR_UNK_ID, char_text
 
 
 def normalize_text(text: str) -> str:
@@ -27,11 +25,11 @@ def normalize_text(text: str) -> str:
 
 
 class CharVocab:
-    pad_id, unk_id, eos_id = 0, 1, EOS_ID
+    pad_id, unk_id, eos_id = CHAR_PAD_ID, CHAR_UNK_ID, CHAR_EOS_ID
 
     def __init__(self):
-        self.symbols = SYMBOLS
-        self.index = {s: i for i, s in enumerate(SYMBOLS)}
+        self.symbols = CHAR_SYMBOLS
+        self.index = {s: i for i, s in enumerate(CHAR_SYMBOLS)}
 
     def __len__(self) -> int:
         return len(self.symbols)
@@ -40,9 +38,7 @@ class CharVocab:
         return [self.index.get(c, self.unk_id) for c in normalize_text(text)]
 
     def decode(self, ids) -> str:
-        ids = ids.tolist() if isinstance(ids, torch.Tensor) else ids
-        return "".join(self.symbols[i] if self.unk_id < i < self.eos_id else ("?" if i == self.unk_id else "")
-                       for i in ids)
+        return char_text(ids.tolist() if isinstance(ids, torch.Tensor) else ids)
 
     def covers(self, text: str) -> bool:
         """True if every character of the normalized text is in the alphabet."""

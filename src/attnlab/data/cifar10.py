@@ -27,8 +27,7 @@ import numpy as np
 import torch
 
 from .images import ImageClassificationDataModule, stratified_split
-from ..utils.config import ConfigError
-from .errors import DataError, DataFileNotFoundError
+from ..errors import CIFAR10DownloadError, CIFAR10FormatError, ConfigError, DataFileNotFoundError
 
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
@@ -42,15 +41,6 @@ _ALLOWED_GLOBALS = {
     ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
     ("numpy", "ndarray"), ("numpy", "dtype"),
 }
-
-
-class CIFAR10FormatError(DataError):
-    """A CIFAR-10 batch file that is not what the format says."""
-
-
-class CIFAR10DownloadError(DataError):
-    """``data.download=true`` could not fetch or unpack the archive (no network, a corrupt copy): one line, exit 2,
-    instead of urllib's traceback; the user can fetch it by hand."""
 
 
 class _ArrayUnpickler(pickle.Unpickler):

@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..atomic_files import reported
-from ..utils.config import ConfigError
-from .errors import DataError, DataFileNotFoundError
+from ..errors import ConfigError, DataError, DataFileNotFoundError
 from .parallel import DEFAULT_BUCKET_EDGES, Pair, length_bucket
 
 if TYPE_CHECKING:
@@ -247,27 +246,6 @@ def hf_pairs(d: datasets.Dataset, *, src_column: str | None = None, tgt_column: 
     if not pairs:
         raise DataError(f"{where} has no sentence pairs")
     return pairs
-
-
-# model.name -> the data module data=hf builds for it
-# the data kinds (attnlab.families.DATA_KINDS) a Hugging Face dataset can give, and the data module that reads it
-HF_READERS = {"lm_text": "attnlab.data.lm_datamodule.LMDataModule",
-              "translation": "attnlab.data.translation_datamodule.TranslationDataModule"}
-
-
-def hf_reader(kind: str, model: str, **options):
-    """The data module of ``kind`` (a key of :data:`HF_READERS`) over a Hugging Face dataset; the options go to it
-    with ``source="hf"`` (an option it does not have is a one-line error naming ``model``)."""
-    import importlib
-    import inspect
-
-    module, name = HF_READERS[kind].rsplit(".", 1)
-    cls = getattr(importlib.import_module(module), name)
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "source"}
-    unknown = sorted(set(options) - accepted)
-    if unknown:
-        raise ConfigError(f"data=hf with model={model} has no option {', '.join(unknown)}")
-    return cls(source="hf", **options)
 
 
 def text_column_file(path: str, options: dict, cache_dir: str | os.PathLike) -> Path:

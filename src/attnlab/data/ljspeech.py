@@ -16,16 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..audio.wav import AudioFileError, read_wav, write_wav
-from ..utils.config import ConfigError
-from .errors import DataError
+from ..audio.wav import read_wav, write_wav
+from ..errors import AudioFileError, CorpusError
 
 METADATA = "metadata.csv"
-
-
-class CorpusError(ConfigError, DataError):
-    """A speech folder that cannot be read; the message is one line naming the file. A UserError (and a ValueError),
-    so train.py prints that line and exits with status 2 instead of a traceback."""
 
 
 @dataclass(frozen=True)

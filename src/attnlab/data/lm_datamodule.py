@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from attnlab.data import tokenizer as tokmod
 from attnlab.data.corpus import pydoc_text
-from attnlab.data.errors import ConfigError, DataError
+from attnlab.errors import ConfigError, DataError
 from attnlab.data.loading import EpochDataLoader, FrozenEpochSampler, MidEpochResume, mix64, sequential_sampler
 from attnlab.data.normalization import TextNormalization
 from attnlab.data.shards import (CHUNK_BYTES, ChunkEncoder, TokenStream, build_shards, manifest_header, matches,

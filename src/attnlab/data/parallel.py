@@ -30,9 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic_files import reported
-from ..utils.config import ConfigError
+from ..errors import ConfigError, DataError
 from .corpus import decode_utf8_file
-from .errors import DataError
 
 log = logging.getLogger(__name__)
 

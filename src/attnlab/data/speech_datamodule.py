@@ -28,7 +28,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..audio.features import MelConfig, MelExtractor
 from .characters import CharVocab
-from .ljspeech import CorpusError, load_audio, read_metadata
+from ..errors import CorpusError
+from .ljspeech import load_audio, read_metadata
 from .loading import BatchDataset, MidEpochResume, batch_loader
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError, DataError, DataFileNotFoundError
+from ..errors import ConfigError, DataError, DataFileNotFoundError
 
 log = logging.getLogger(__name__)
 

@@ -29,12 +29,11 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 
 from attnlab.atomic_files import write_atomic
 from attnlab.data.normalization import normalizer_json
-from attnlab.utils.config import ConfigError
+from attnlab.errors import ConfigError
+from attnlab.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID  # noqa: F401  (data's users read them here)
 
 log = logging.getLogger(__name__)
 
-SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<bos>", "<eos>", "<unk>")
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(len(SPECIAL_TOKENS))
 # Bump when the training recipe changes, so that stale cached tokenizers are not reused.
 # v2: runs longer than MAX_RUN_CHARS cut in pre-tokenization; a normalizer (possibly empty) always set
 FORMAT_VERSION = "bpe-v2"

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from ..cli_input import InputError
 from ..decoding import DecodingOptions
+from ..errors import InputError
 from ..modules.attention import capture_attention, is_attention_module
 from ..tasks.protocols import AttentionSample
 from .record import ExplorerRecord

@@ -167,8 +167,8 @@ def for_config(cfg: Any) -> Family | None:
 def hf_datamodule(model: str, **options):
     """``data=hf`` (conf/data/hf.yaml): the data module of ``model``'s family for a Hugging Face dataset, by the
     kind of data the family reads. ``model`` is ``${model.name}``."""
-    from ..data.hf_source import HF_READERS, hf_reader
-    from ..utils.config import ConfigError
+    from ..data.hf_datamodule import HF_READERS, hf_reader
+    from ..errors import ConfigError
 
     try:
         kind = get(model).data

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..data.tokenizer import PAD_ID
+from ..special_tokens import PAD_ID
 from .transformer_mt import TransformerMT
 
 

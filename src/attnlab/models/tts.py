@@ -14,7 +14,7 @@ the exact previous frame, which at inference is its own imperfect output. α are
 positions (the paper's "scaled positional encoding"), so the model can balance positions against content.
 
 ``text_eos`` (default on; ESPnet's Transformer-TTS and Tacotron 2 do the same): :meth:`TransformerTTS.encode` appends
-``<eos>`` (:data:`~attnlab.data.characters.EOS_ID`) after each text's last character, so the text is N + 1 positions
+``<eos>`` (:data:`~attnlab.special_tokens.CHAR_EOS_ID`) after each text's last character, so the text is N + 1 positions
 long: once the characters are read, the decoder has a position to attend to (and to learn to stop on). Every
 length the attention is measured against (guided attention's W, focus and diagonal rates) is then N + 1; the
 forward pass returns it as ``text_lengths``. Nets configured before the option (no ``text_eos`` key) are built
@@ -32,11 +32,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..data.characters import EOS_ID, CharVocab
 from ..modules.block import DecoderCache
 from ..modules.parts import BlockParts
 from ..modules.positional import sinusoidal_table
 from ..modules.stack import build_stack
+from ..special_tokens import CHAR_EOS_ID, char_text
 from .base import TransformerModel
 
 
@@ -146,8 +146,9 @@ class TransformerTTS(TransformerModel):
             n_encoder_layers = n_decoder_layers = n_layers
         if reduction < 1:
             raise ValueError(f"reduction must be >= 1, got {reduction}")
-        if text_eos and vocab_size <= EOS_ID:
-            raise ValueError(f"text_eos needs the <eos> id {EOS_ID} in the vocabulary: vocab_size >= {EOS_ID + 1} "
+        if text_eos and vocab_size <= CHAR_EOS_ID:
+            raise ValueError(f"text_eos needs the <eos> id {CHAR_EOS_ID} in the vocabulary: "
+                             f"vocab_size >= {CHAR_EOS_ID + 1} "
                              f"(got {vocab_size}), or text_eos=false")
         self.text_eos = bool(text_eos)
         self.vocab_size, self.n_mels, self.d_model, self.n_heads = vocab_size, n_mels, d_model, n_heads
@@ -180,7 +181,7 @@ class TransformerTTS(TransformerModel):
 
     def char_labels(self, text: Tensor, length: int) -> list[str]:
         """One label per position the attention reads of a (N,) text: its characters, then ``<eos>`` if appended."""
-        return list(CharVocab().decode(text[:length])) + (["<eos>"] if self.text_eos else [])
+        return list(char_text(text[:length].tolist())) + (["<eos>"] if self.text_eos else [])
 
     # --- pieces -----------------------------------------------------------------------------------------------
     def append_eos(self, text: Tensor, text_lengths: Tensor) -> tuple[Tensor, Tensor]:
@@ -188,7 +189,7 @@ class TransformerTTS(TransformerModel):
         (unchanged without ``text_eos``)."""
         if not self.text_eos:
             return text, text_lengths
-        text = F.pad(text, (0, 1), value=0).scatter(1, text_lengths[:, None].long(), EOS_ID)
+        text = F.pad(text, (0, 1), value=0).scatter(1, text_lengths[:, None].long(), CHAR_EOS_ID)
         return text, text_lengths + 1
 
     def encode(self, text: Tensor, text_lengths: Tensor) -> tuple[Tensor, Tensor]:

@@ -18,24 +18,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..errors import ConfigError
 from ..modules.parts import BlockParts, resolve_positions
-from ..modules.positional import sinusoidal_table
 from ..modules.stack import build_stack
-from ..utils.config import ConfigError
 from .base import TransformerModel
 
 POOLS = ("mean", "cls")
-
-
-def sinusoidal_table_2d(grid_h: int, grid_w: int, dim: int) -> Tensor:
-    """(grid_h·grid_w, dim) in row-major patch order: channels [0, dim/2) encode the row, [dim/2, dim) the column."""
-    if dim % 4:
-        raise ConfigError(f"2-D sinusoidal positions need d_model divisible by 4, got {dim}")
-    half = dim // 2
-    rows = sinusoidal_table(grid_h, half)  # (gh, D/2)
-    cols = sinusoidal_table(grid_w, half)  # (gw, D/2)
-    return torch.cat([rows[:, None, :].expand(grid_h, grid_w, half),
-                      cols[None, :, :].expand(grid_h, grid_w, half)], dim=-1).reshape(grid_h * grid_w, dim)
 
 
 class PatchEmbedding(nn.Module):

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..utils.config import ConfigError
+from ..errors import ConfigError
 from .norm import RMSNorm
 from .positional import AttentionPositions
 

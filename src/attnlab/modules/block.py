@@ -28,21 +28,19 @@ class EncoderBlock(nn.Module):
         ffn: nn.Module,
         sa_norm: nn.Module,
         ffn_norm: nn.Module,
-        placement: str = "pre",
+        pre_norm: bool = True,
         dropout: float = 0.0,
     ):
         super().__init__()
-        if placement not in ("pre", "post"):
-            raise ValueError(f"norm placement must be 'pre' or 'post', got {placement!r}")
         self.self_attn, self.ffn, self.sa_norm, self.ffn_norm = self_attn, ffn, sa_norm, ffn_norm
-        self.placement = placement
+        self.pre_norm = pre_norm  # the norm part's placement (checked where it is built, modules.parts.Norm)
         self.dropout = nn.Dropout(dropout) if dropout else nn.Identity()
 
     def _residual(self, x: Tensor, norm: nn.Module, sublayer: Callable[[Tensor], Tensor],
                   padding_mask: Tensor | None = None) -> Tensor:
         """``padding_mask`` reaches only norms whose statistics cross tokens (BatchNorm); attention gets its own.
         Dropout is the identity in evaluation: not called then (two module calls per layer per decoding step)."""
-        if self.placement == "pre":
+        if self.pre_norm:
             h = sublayer(apply_norm(norm, x, padding_mask))
             return x + (self.dropout(h) if self.training else h)
         h = sublayer(x)
@@ -96,10 +94,10 @@ class DecoderBlock(EncoderBlock):
         sa_norm: nn.Module,
         ca_norm: nn.Module,
         ffn_norm: nn.Module,
-        placement: str = "pre",
+        pre_norm: bool = True,
         dropout: float = 0.0,
     ):
-        super().__init__(self_attn, ffn, sa_norm, ffn_norm, placement, dropout)
+        super().__init__(self_attn, ffn, sa_norm, ffn_norm, pre_norm, dropout)
         self.cross_attn, self.ca_norm = cross_attn, ca_norm
 
     def forward(

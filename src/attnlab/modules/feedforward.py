@@ -2,7 +2,9 @@
 
 ``conf/ffn/*.yaml`` instantiates :class:`FeedForward` with ``_partial_: true``; the block builder finishes the call
 with the width (``ffn(dim=d_model, dropout=...)``). ReLU vs GELU vs SwiGLU is the YAML's choice of ``activation``
-(any ``nn.Module``, e.g. ``torch.nn.SiLU``) and ``gated``; a GeGLU is one more YAML file, no code.
+(a factory of any ``nn.Module``, e.g. ``{_target_: torch.nn.SiLU, _partial_: true}``) and ``gated``; a GeGLU is one
+more YAML file, no code. The activation is built by each feed-forward (each layer, each expert), so a learnable one
+(``torch.nn.PReLU``) has its own parameters in each.
 
     plain: down(act(up(x)))                 two matrices d×h, h = hidden_mult · d              -> 2·d·h parameters
     gated: down(act(gate(x)) * up(x))       three matrices d×h', h' = ⅔ · hidden_mult · d,     -> 3·d·h' ≈ 2·d·h
@@ -18,9 +20,11 @@ the config a checkpoint stores (and :mod:`attnlab.checkpoint_upgrade` gives the 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from torch import Tensor, nn
 
+from ..errors import PartError
 
 
 def ffn_hidden_dim(dim: int, hidden_mult: float = 4.0, multiple_of: int = 8, gated: bool = False) -> int:
@@ -36,7 +40,7 @@ class FeedForward(nn.Module):
     def __init__(
         self,
         dim: int,
-        activation: nn.Module | None = None,
+        activation: Callable[[], nn.Module] = nn.GELU,
         *,
         gated: bool = False,
         hidden_mult: float = 4.0,
@@ -45,12 +49,15 @@ class FeedForward(nn.Module):
         dropout: float = 0.0,
     ):
         super().__init__()
+        if isinstance(activation, nn.Module) or not callable(activation):
+            raise PartError(f"ffn.activation must build one module per layer ({{_target_: torch.nn.GELU, _partial_: "
+                            f"true}}), got {activation!r}: one module would be shared by every layer")
         if bias is None:  # the references' choice: biases in the plain FFN, none in the GLU family
             bias = not gated
         hidden = ffn_hidden_dim(dim, hidden_mult, multiple_of, gated)
         # registration order up, down, activation, gate: the state-dict and optimizer order of earlier checkpoints
         self.up_proj, self.down_proj = nn.Linear(dim, hidden, bias=bias), nn.Linear(hidden, dim, bias=bias)
-        self.activation = activation if activation is not None else nn.GELU()
+        self.activation = activation()
         self.gate_proj = nn.Linear(dim, hidden, bias=bias) if gated else None
         self.dropout = nn.Dropout(dropout) if dropout else nn.Identity()
 

@@ -6,7 +6,7 @@ every layer of every model. The builders finish the calls with the sizes:
 
     group  what conf/<group>/*.yaml holds                          how the builder calls it
     norm   {placement: pre|post, layer: <norm class, partial>}      norm.layer(d_model)
-    ffn    <feed-forward, partial>                                  ffn(dim=d_model, dropout=...)
+    ffn    <feed-forward, partial; its activation partial too>      ffn(dim=d_model, dropout=...)
     moe    {} (dense) or <mixture builder, partial>                 moe(dim=d_model, expert=lambda: ffn(...))
     attn   <attention, partial>                                     attn(d_model, n_heads, dropout=, bias=, ...)
     pos    <positions, partial>                                     pos(max_len=, d_model=, n_heads=[, grid=])
@@ -28,15 +28,11 @@ from torch import nn
 
 from ..allowed_targets import check_targets
 from ..choices import PLACEMENTS
-from ..errors import UserError
+from ..errors import PartError
 from .attention import MultiHeadAttention
 from .feedforward import FeedForward
 from .positional import LearnedPositions
 
-
-
-class PartError(UserError, ValueError):
-    """A config-group part that cannot be built; one line naming the group."""
 
 
 def _instantiate(group: str, part: Any) -> Any:
@@ -53,24 +49,28 @@ def _instantiate(group: str, part: Any) -> Any:
 @dataclass(frozen=True)
 class Norm:
     """The ``norm`` group: which layer (a factory ``layer(dim)``) and where (``pre``: x + f(norm(x)); ``post``:
-    norm(x + f(x)))."""
+    norm(x + f(x))). The placement is checked here, once, and the blocks get it as :attr:`pre`."""
 
     layer: Callable[[int], nn.Module]
     placement: str = "pre"
 
     def __post_init__(self):
         if self.placement not in PLACEMENTS:
-            raise PartError(f"norm.placement={self.placement!r}; choose one of {', '.join(PLACEMENTS)}")
+            raise PartError(f"norm.placement={self.placement}: choose one of {', '.join(PLACEMENTS)}")
         if not callable(self.layer):
             raise PartError(f"norm.layer must build a layer from its width, got {type(self.layer).__name__}")
 
+    @property
+    def pre(self) -> bool:
+        return self.placement == "pre"
+
     def final(self, dim: int) -> nn.Module:
         """After a pre-norm stack the residual stream was never normalized: one more norm. Post-norm ones did."""
-        return self.layer(dim) if self.placement == "pre" else nn.Identity()
+        return self.layer(dim) if self.pre else nn.Identity()
 
 
 DEFAULT_NORM = Norm(functools.partial(nn.LayerNorm, eps=1e-5), "pre")
-DEFAULT_FFN = functools.partial(FeedForward, activation=nn.GELU())
+DEFAULT_FFN = functools.partial(FeedForward, activation=nn.GELU)
 DEFAULT_ATTN = functools.partial(MultiHeadAttention)
 DEFAULT_POS = functools.partial(LearnedPositions)
 

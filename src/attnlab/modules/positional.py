@@ -22,8 +22,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ..utils.config import ConfigError
-
+from ..errors import ConfigError
 
 
 def sinusoidal_table(max_len: int, dim: int) -> Tensor:
@@ -34,6 +33,17 @@ def sinusoidal_table(max_len: int, dim: int) -> Tensor:
     table[:, 0::2] = torch.sin(pos * freq)
     table[:, 1::2] = torch.cos(pos * freq[: dim // 2])
     return table
+
+
+def sinusoidal_table_2d(grid_h: int, grid_w: int, dim: int) -> Tensor:
+    """(grid_h·grid_w, dim) in row-major patch order: channels [0, dim/2) encode the row, [dim/2, dim) the column."""
+    if dim % 4:
+        raise ConfigError(f"2-D sinusoidal positions need d_model divisible by 4, got {dim}")
+    half = dim // 2
+    rows = sinusoidal_table(grid_h, half)  # (gh, D/2)
+    cols = sinusoidal_table(grid_w, half)  # (gw, D/2)
+    return torch.cat([rows[:, None, :].expand(grid_h, grid_w, half),
+                      cols[None, :, :].expand(grid_h, grid_w, half)], dim=-1).reshape(grid_h * grid_w, dim)
 
 
 class Positions(nn.Module):
@@ -95,8 +105,6 @@ class SinusoidalPositions(_TablePositions):
         if self.grid is None:
             table = sinusoidal_table(max_len, d_model)
         else:
-            from ..models.vit import sinusoidal_table_2d  # the ViT's 2-D table (imported late: vit imports this)
-
             rows, cols = self.grid
             if max_len < rows * cols:
                 raise ConfigError(f"sinusoidal positions: max_len={max_len} is smaller than the {rows}x{cols} grid "

@@ -80,13 +80,13 @@ def build_layer(d_model: int, n_heads: int, parts: BlockParts, *, dropout: float
     norm = parts.norm.layer
     ffn = parts.feedforward(d_model, dropout)
     if not cross_attention:
-        return EncoderBlock(attn(positions=positions), ffn, norm(d_model), norm(d_model), parts.norm.placement,
+        return EncoderBlock(attn(positions=positions), ffn, norm(d_model), norm(d_model), parts.norm.pre,
                             dropout)
     self_attn = attn(positions=positions)
     # cross-attention reads the whole source: no window, no positions of its own
     cross_attn = attn(kv_dim=memory_dim or d_model, window=None)
     return DecoderBlock(self_attn, cross_attn, ffn, norm(d_model), norm(d_model), norm(d_model),
-                        parts.norm.placement, dropout)
+                        parts.norm.pre, dropout)
 
 
 def build_stack(n_layers: int, d_model: int, n_heads: int, parts: BlockParts, **layer_kwargs: Any) -> TransformerStack:

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from ..allowed_targets import check_targets
 from ..checkpoint_upgrade import (upgrade_net_config, upgrade_optimizer_config, upgrade_scheduler_config,
                                   upgrade_state_dict)
-from ..checkpoints import check_fits
+from ..state_fit import check_fits
 from ..modules.moe import expert_fractions, moe_losses
 from ..optim import build_lr_schedule, build_optimizer
 from ..data.tokenizer import BPETokenizer

@@ -7,20 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from ..errors import UserError
+
+from ..errors import ConfigError
 
 BLOCK_GROUPS = ("norm", "ffn", "moe", "attn", "pos")
-
-
-class ConfigError(UserError, ValueError):
-    """A config choice that cannot work; train.py prints its one-line message and exits with status 2."""
-
-
-def at_least(name: str, value: int, lo: int) -> int:
-    """``value`` if it is >= ``lo``, else a one-line ConfigError naming the setting (callbacks' ``every_n_*``)."""
-    if value < lo:
-        raise ConfigError(f"{name} must be >= {lo}, got {value}")
-    return value
 
 
 def used_groups(cfg: DictConfig, narrow: bool = True) -> list[str]:

@@ -38,7 +38,8 @@ from ..choices import BALANCE, ENCODERS, PLACEMENTS, SCHEDULES, TARGET_LANGS
 from ..choices import RNN_ATTENTIONS as ATTENTIONS
 from ..choices import RNN_CELLS as CELLS
 from ..families import for_config
-from .config import BLOCK_GROUPS, ConfigError, flatten, used_groups
+from ..errors import ConfigError
+from .config import BLOCK_GROUPS, flatten, used_groups
 
 # A check returns None for a good value, else what is allowed ("must be a positive integer").
 Check = Callable[[Any], "str | None"]
@@ -276,10 +277,9 @@ RULES: list[tuple[str, Check]] = [
     ("trainer.max_epochs", optional(int_at_least(-1))),  # -1: no limit (Lightning's convention)
     ("trainer.max_steps", optional(int_at_least(-1))),
     # block groups (checked only for a model built from them)
-    ("norm.placement", one_of(PLACEMENTS)),
     # parts given as one value where a config is needed (`ffn.activation=tanh`); a config is flattened away
     ("norm.layer", lambda v: "must be a layer config such as {_target_: torch.nn.LayerNorm, _partial_: true}"),
-    ("ffn.activation", lambda v: "must be a module config such as {_target_: torch.nn.GELU} (or choose "
+    ("ffn.activation", lambda v: "must be a module config such as {_target_: torch.nn.GELU, _partial_: true} (or choose "
                                  f"ffn={'|'.join(_options('ffn'))})"),
     ("norm.layer.eps", positive_number),
     ("ffn.hidden_mult", positive_number),

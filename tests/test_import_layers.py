@@ -1,0 +1,213 @@
+"""The import layers of docs/layout.md hold over every module of src/attnlab: no import points up, none goes where
+its row says "never imports", and no modules import each other round a circle.
+
+The modules are the files (a new one is checked where it lands); the layers are read from the table in
+docs/layout.md, so the documentation and the check cannot drift apart. Every import statement counts: at module
+level or inside a function, relative or absolute (a late import still ties the two modules together).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "attnlab"
+LAYOUT = ROOT / "docs" / "layout.md"
+
+
+@dataclass(frozen=True)
+class Row:
+    layer: int
+    names: tuple[str, ...]  # module prefixes, relative to attnlab ("models", "utils.plotting")
+    never: tuple[str, ...]
+
+
+def read_table(text: str) -> list[Row]:
+    """The rows of the table under "## Import layers": ``| layer | modules | never imports |``."""
+    section = text.split("## Import layers", 1)[1]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].isdigit():
+            names = lambda cell: tuple(re.findall(r"`([\w.]+)`", cell))  # noqa: E731 - the code spans of a cell
+            rows.append(Row(int(cells[0]), names(cells[1]), names(cells[2])))
+    return rows
+
+
+def module_files(package: Path) -> dict[str, Path]:
+    """Dotted name relative to the package ("data.tokenizer"; a package's ``__init__`` is the package) -> file."""
+    out = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[tuple[str, int]]:
+    """``(module, line)`` for each attnlab module ``name`` imports, resolved to the module file that runs: ``from
+    .x import y`` is module ``x.y`` when that is a file, else ``x``. The root package (``attnlab``) is ""."""
+    is_package = path.name == "__init__.py"
+    here = name.split(".") if name else []
+    package = here if is_package else here[:-1]
+
+    def resolve(dotted: str) -> str | None:
+        while dotted not in known:
+            if not dotted:
+                return None
+            dotted = dotted.rpartition(".")[0]
+        return dotted
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "attnlab" or alias.name.startswith("attnlab."):
+                    found.add((resolve(alias.name.removeprefix("attnlab").lstrip(".")), node.lineno))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            elif node.module == "attnlab" or (node.module or "").startswith("attnlab."):
+                module = node.module.removeprefix("attnlab").lstrip(".")
+            else:
+                continue
+            for alias in node.names:
+                inner = f"{module}.{alias.name}" if module else alias.name
+                found.add((resolve(inner if inner in known else module), node.lineno))
+    return {(m, line) for m, line in found if m is not None and m != name}
+
+
+def graph(package: Path) -> dict[str, set[tuple[str, int]]]:
+    files = module_files(package)
+    return {name: imports(name, path, set(files)) for name, path in files.items()}
+
+
+def placement(rows: list[Row], module: str) -> tuple[int, tuple[str, ...]]:
+    """(layer, never-imports prefixes) of the row with the longest prefix of ``module``; the top layer if none."""
+    best, best_len = None, -1
+    for row in rows:
+        for prefix in row.names:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
+                best, best_len = row, len(prefix)
+    return (best.layer, best.never) if best else (max(r.layer for r in rows), ())
+
+
+def under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def wrong_arrows(edges: dict[str, set[tuple[str, int]]], rows: list[Row]) -> list[str]:
+    """Every import that points up a layer or into a module its row never imports, as text for the report."""
+    out = []
+    for source in sorted(edges):
+        layer, never = placement(rows, source)
+        for target, line in sorted(edges[source]):
+            if not target:
+                continue
+            target_layer, _ = placement(rows, target)
+            if target_layer > layer:
+                out.append(f"{source}:{line} -> {target} (layer {layer} imports layer {target_layer})")
+            elif under(target, never):
+                out.append(f"{source}:{line} -> {target} (its row never imports {', '.join(never)})")
+    return out
+
+
+def cycles(edges: dict[str, set[tuple[str, int]]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    succ = {m: sorted({t for t, _ in e if t in edges}) for m, e in edges.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for start in sorted(succ):
+        if start in index:
+            continue
+        work = [(start, iter(succ[start]))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(succ[child])))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return sorted(found)
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[Row]:
+    return read_table(LAYOUT.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def edges() -> dict[str, set[tuple[str, int]]]:
+    return graph(PACKAGE)
+
+
+def test_no_import_points_up_or_across(rows, edges):
+    arrows = wrong_arrows(edges, rows)
+    assert not arrows, f"{len(arrows)} import(s) against docs/layout.md's layers:\n" + "\n".join(arrows)
+
+
+def test_no_import_cycles(edges):
+    found = cycles(edges)
+    assert not found, f"{len(found)} import cycle(s):\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_table_names_modules_that_exist(rows, edges):
+    """A renamed or removed module would leave its row naming nothing, and the modules under it unchecked."""
+    names = [n for r in rows for n in r.names + r.never]
+    assert len(rows) >= 5 and "errors" in names
+    missing = [n for n in names if not any(m == n or m.startswith(n + ".") for m in edges) and n != "families"]
+    assert not missing, f"docs/layout.md's import layers name modules that do not exist: {missing}"
+
+
+def test_the_check_sees_each_kind_of_import(tmp_path, rows):
+    """The checker itself: a late, a relative and an absolute import that point up, one into a "never" row, and a
+    circle are all reported (a checker that saw nothing would pass the tests above)."""
+    pkg = tmp_path / "attnlab"
+    files = {
+        "__init__.py": "",
+        "errors.py": "",
+        "train.py": "",
+        "modules/__init__.py": "",
+        "modules/a.py": "def f():\n    from ..train import main\n",  # late, relative: up
+        "modules/b.py": "import attnlab.data.c\n",  # absolute: across (modules never imports data)
+        "data/__init__.py": "",
+        "data/c.py": "from attnlab.data import d\n",
+        "data/d.py": "from . import c\nfrom attnlab.errors import X\n",  # a circle with c; errors is below: fine
+    }
+    for name, text in files.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
+    found = graph(pkg)
+    arrows = wrong_arrows(found, rows)
+    assert [a.split(" ")[0] for a in arrows] == ["modules.a:2", "modules.b:1"], arrows
+    assert cycles(found) == [["data.c", "data.d"]]
