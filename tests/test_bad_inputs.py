@@ -115,7 +115,9 @@ CASES = [
 # after the same Lightning start-up of ~8 s) and is unit-tested in tests/data/; through train.py with `-m slow`.
 # norm-placement-unknown: a part refusing its value when built, as image-size-mismatch does (its message is checked
 # in-process in tests/modules/test_parts_and_block.py).
-SLOW = {"tsv-empty", "tsv-folder", "text-empty", "cifar-file-not-folder", "cifar-empty-batch", "norm-placement-unknown"}
+# the suite's 10-minute budget: one case per kind of refusal runs by default, the other points of a kind with -m slow
+SLOW = {"tsv-empty", "tsv-folder", "text-empty", "cifar-file-not-folder", "cifar-empty-batch", "norm-placement-unknown",
+        "tsv-one-column", "tsv-not-utf8", "text-missing", "cifar-missing"}
 
 
 @pytest.mark.parametrize("args,message,names", [

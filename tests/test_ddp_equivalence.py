@@ -76,9 +76,11 @@ def _params_at_init(cfg) -> dict[str, torch.Tensor]:
 # transformer, the classifier and the ViT (its crops and flips are functions of (seed, epoch, item), tested in
 # tests/data) the same doubled batches as the LM: those three run with `-m slow` (the suite's 10-minute budget).
 SAME_DATA_PATH_AS_ANOTHER = ("seq2seq_attention", "sequence_classifier", "vit")
+# the suite's 10-minute budget: one family by default (the sampler and the gradient all-reduce are shared)
+SLOW_FAMILIES = (*SAME_DATA_PATH_AS_ANOTHER, "causal_lm", "tts")
 
 
-@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f in SAME_DATA_PATH_AS_ANOTHER else f
+@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f in SLOW_FAMILIES else f
                                     for f in CASES])
 def test_two_ranks_train_what_one_process_trains(family, tmp_path, cache_dir):
     overrides, batch, match = CASES[family]

@@ -79,6 +79,7 @@ def test_ddp_cpu_single_run(tmp_path, cache_dir):
     assert "test/ppl" in out.stdout
 
 
+@pytest.mark.slow  # the 10-minute budget: test_ddp_cpu_single_run and tests/test_ddp_equivalence.py run DDP by default
 def test_ddp_cpu_inside_multirun_with_wandb_offline(tmp_path, cache_dir):
     """Two DDP jobs in one sweep: two job dirs, rank 1 in each, one offline W&B run per job with attention maps, which
     `wandb leet` opens and `python -m attnlab.workspace` turns into the sweep's W&B workspace."""

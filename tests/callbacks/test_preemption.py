@@ -213,7 +213,7 @@ def _preempt_train_py(tmp_path: Path, cache_dir: str, signame: str, extra: list[
     return step, ckpt
 
 
-@pytest.mark.parametrize("signame", ["SIGTERM", "SIGUSR1"])
+@pytest.mark.parametrize("signame", [pytest.param("SIGTERM", marks=pytest.mark.slow), "SIGUSR1"])  # SIGTERM: test_resume_anywhere
 def test_train_py_preempted_by_a_signal_exits_0_and_resumes_at_that_step(tmp_path, warm_cache, signame):
     step, ckpt = _preempt_train_py(tmp_path, warm_cache, signame)
     # resume from it: exactly 3 more optimizer steps, none lost or repeated
@@ -223,9 +223,10 @@ def test_train_py_preempted_by_a_signal_exits_0_and_resumes_at_that_step(tmp_pat
     assert final["global_step"] == step + 3
 
 
-# the RNN shares the transformer's task, data and checkpoint path: `-m slow` (the suite's 10-minute budget)
-@pytest.mark.parametrize("model", ["transformer_mt", pytest.param("seq2seq_attention", marks=pytest.mark.slow),
-                                   "vit", "tts"])
+# `-m slow` (the suite's 10-minute budget): the default suite stops the default family by every signal in every
+# phase (tests/test_resume_anywhere.py) and resumes every family exactly in-process (tests/test_exact_resume.py)
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["transformer_mt", "seq2seq_attention", "vit", "tts"])
 def test_every_model_family_preempted_by_sigterm_resumes_at_that_step(tmp_path, cache_dir, model):
     """The same fault for the other families: translation (transformer and RNN), ViT and TTS, each with its data.
     Their first run also builds its data set in the cache, hence the longer start-up allowance."""

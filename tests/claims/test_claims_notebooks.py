@@ -36,6 +36,7 @@ def text(nb) -> str:
                      for c in nb.cells for o in c.get("outputs", []))
 
 
+@pytest.mark.slow  # the 10-minute budget: test_claims_notebook_on_committed_results runs the notebook by default
 def test_claims_notebook(quick_e9, tmp_path, monkeypatch):
     out, proc = quick_e9
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -60,6 +60,7 @@ def test_report_regenerates_the_committed_page():
     assert render(ROOT / "docs") == (ROOT / "docs" / "results.md").read_text()
 
 
+@pytest.mark.slow  # the 10-minute budget
 def test_old_command_forwards_with_one_note(tmp_path):
     """`python -m attnlab.claims list` (the command before the move) still works from the repository root, with one
     line on stderr naming the new command; outside the repository it fails in one line naming it."""

@@ -150,6 +150,7 @@ def test_a_5mb_word_trains_in_seconds():
     assert proc.returncode == 0 and proc.stdout.startswith("ok "), proc.stderr[-2000:]
 
 
+@pytest.mark.slow  # the 10-minute budget
 def test_train_py_on_a_text_file_with_a_long_word(tmp_path, cache_dir):
     """The same through the entry point: a text file whose middle is a 500 kB run without spaces (a pasted blob)."""
     blob = "".join(random.Random(1).choices("abcdefghijklmnopqrstuvwxyz0123456789+/", k=997)) * 500

@@ -97,7 +97,7 @@ def fit(net, src, mask, tgt, steps: int) -> float:
     return loss.item()
 
 
-@pytest.mark.parametrize("norm", ["pre", "post", "rms"])
+@pytest.mark.parametrize("norm", ["pre", pytest.param("post", marks=pytest.mark.slow), pytest.param("rms", marks=pytest.mark.slow)])
 def test_overfits_a_tiny_reversal_batch(norm):
     """Reverse 8 random sequences: needs cross-attention to the right source position (loss from ~3.7 to < 0.1)."""
     net = tiny(norm=load_part("norm", norm)).train()
