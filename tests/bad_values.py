@@ -91,11 +91,11 @@ def classify(key: str, value) -> str | None:
         return "switch"
     if isinstance(value, bool) or leaf.startswith("_"):
         return None
+    if isinstance(value, int) and value >= 0 and COUNT_NAME.search(key) and key.startswith("callbacks."):
+        return "count"
     if isinstance(value, int) and value >= 1 and SIZE_NAME.search(leaf) and not NOT_SIZES.search(key) \
             and key.startswith(("model.", "data.", "callbacks.", "trainer.", "moe.", "attn.", "ffn.", "optim.")):
         return "size"
-    if isinstance(value, int) and value >= 0 and COUNT_NAME.search(key) and key.startswith("callbacks."):
-        return "count"
     if isinstance(value, float) and RATE_NAME.search(leaf):
         return "rate"
     if isinstance(value, (int, float)) and POSITIVE_NAME.search(key):
