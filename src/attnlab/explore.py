@@ -1,7 +1,8 @@
 """The attention explorer for any input: ``python -m attnlab.explore ckpt=... text="..."`` (``image=`` for a ViT).
 
-Loads any attnlab checkpoint (translation, language model, ViT, TTS), runs the input through the model with the
-attention weights captured (:mod:`attnlab.explorer.inputs`) and writes the same self-contained page that training
+Loads any attnlab checkpoint, runs the input its family reads (the registry's ``explorer_input``: a sentence to
+translate, text, an image file, text to speak, token ids) through the model with the attention weights captured
+(:mod:`attnlab.explorer.inputs`) and writes the same self-contained page that training
 writes per run (``attention/explorer.html``), here to ``out=`` or ``<run dir>/explorer.html``; prints its path.
 Options and the input are checked before the checkpoint is read; a bad one is one line naming it (exit 2).
 """
@@ -35,8 +36,8 @@ def check_options(cfg: DictConfig) -> None:
     check(cfg, "target", _is_text, "the translation to look at, as text (null: the model's own)")
     check(cfg, "image", lambda v: v is None or isinstance(v, str), "the path of an image file")
     if cfg.get("text") is None and cfg.get("image") is None:
-        raise InputError("give the input: text=\"...\" (translation, language model, text-to-speech) or "
-                         "image=<file> (Vision Transformer)")
+        raise InputError("give the input: text=\"...\" (translation, language models, text-to-speech; token ids "
+                         "\"3 17 5 9\" for a sequence classifier) or image=<file> (Vision Transformer)")
     if cfg.get("image") is not None and not Path(str(cfg.image)).expanduser().is_file():
         raise InputError(f"image={cfg.image}: no such file")
     check_output("out", cfg.get("out"))

@@ -1,5 +1,6 @@
 """``python -m attnlab.explore ckpt=... text=... | image=...``: the explorer page for any input, from every family's
-checkpoint (the committed tiny ones in tests/fixtures), as a user runs it; and every kind of bad input is one line,
+checkpoint (every family with an ``explorer_input`` in the registry: its committed tiny checkpoint in
+tests/fixtures, or one made here in one training step), as a user runs it; and every kind of bad input is one line,
 exit 2, with nothing written.
 
 Each page is also opened in headless Chromium (when installed): it renders without a console error, requests nothing
@@ -9,22 +10,93 @@ but itself, and the row it shows for a hovered query is the row stored in the pa
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from browser_page import audio_duration, chromium, open_page
+from helpers import compose_train
 from test_safe_checkpoints import FIXTURES, cli
 
 from attnlab.explorer.record import dequantize
+from attnlab.families import families, for_net, get
+from attnlab.paths import ROOT
 
-CASES = {
-    # family: (checkpoint, input options, the page's family, modules it must hold)
-    "translation": ("legacy_transformer_mt.ckpt", ["text=two thousand and six"], "tokens", r"cross_attn"),
-    "translation_target": ("legacy_transformer_mt.ckpt", ["text=twenty-one", "target=vingt et un"], "tokens",
-                           r"cross_attn"),
-    "language_model": ("legacy_causal_lm.ckpt", ["text=The for statement"], "tokens", r"attn"),
-    "vit": ("legacy_vit.ckpt", ["image={image}"], "image", r"rollout"),
-    "tts": ("legacy_tts.ckpt", ["text=twenty one"], "speech", r"cross_attn"),
+# What each kind of explorer input (a family's ``explorer_input``) is run on: options, the page's view family, and a
+# module the page must hold.
+KINDS = {
+    "translation": (["text=two thousand and six"], "tokens", r"attn"),
+    "text": (["text=The for statement"], "tokens", r"attn"),
+    "image": (["image={image}"], "image", r"rollout"),
+    "speech": (["text=twenty one"], "speech", r"cross_attn"),
+    "ids": (["text=3 17 5 9"], "tokens", r"self_attn"),
 }
+EXPLORED = [f for f in families() if f.explorer_input]
+# case: (family, checkpoint, input options, the page's family, modules it must hold); every family the registry
+# gives an explorer input, and the translation decoder on a given target
+CASES = {f.name: (f.name, None, *KINDS[f.explorer_input]) for f in EXPLORED}
+CASES["translation_target"] = ("transformer_mt", "legacy_transformer_mt.ckpt",
+                               ["text=twenty-one", "target=vingt et un"], "tokens", r"cross_attn")
+
+
+def fixture_of(family) -> Path | None:
+    """A committed checkpoint of ``family``: ``legacy_<name>.ckpt``, else any fixture of its net."""
+    named = FIXTURES / f"legacy_{family.name}.ckpt"
+    if named.is_file():
+        return named
+    for path in sorted(FIXTURES.glob("*.ckpt")):
+        net = (torch.load(path, map_location="cpu", weights_only=False, mmap=True).get("hyper_parameters") or {})
+        if for_net(str((net.get("net") or {}).get("_target_"))) is family:
+            return path
+    return None
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory, cache_dir):
+    """``(model, *overrides) -> checkpoint``: a committed one of the family, or one made here (the family's
+    ``debug=fast`` run, one training step, saved as train.py saves it), once per module."""
+    made = {}
+
+    def get_ckpt(model: str, *overrides: str) -> Path:
+        family = get(model)
+        if not overrides and (path := fixture_of(family)) is not None:
+            return path
+        if (model, overrides) not in made:
+            made[model, overrides] = make_checkpoint(model, overrides, tmp_path_factory.mktemp(model), cache_dir)
+        return made[model, overrides]
+
+    return get_ckpt
+
+
+def make_checkpoint(model: str, overrides, folder: Path, cache_dir: str) -> Path:
+    import hydra
+    import lightning as L
+
+    from attnlab.train import build_model
+
+    family = get(model)
+    cfg = compose_train([f"model={model}", "debug=fast", *family.test_overrides, *overrides], folder, cache_dir)
+    L.seed_everything(0)
+    dm = hydra.utils.instantiate(cfg.data)
+    task = build_model(cfg.model, cfg.get("optim"), cfg.get("sched"))
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=1, limit_val_batches=0, num_sanity_val_steps=0,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(task, datamodule=dm)
+    trainer.save_checkpoint(folder / "last.ckpt")
+    return folder / "last.ckpt"
+
+
+def test_every_explorer_input_has_its_function_and_a_case():
+    from attnlab.explorer.inputs import INPUTS
+    from attnlab.families import EXPLORER_INPUTS
+
+    assert set(INPUTS) == set(EXPLORER_INPUTS) == set(KINDS)
+    # docs/explorer.md's table of inputs names each family under the input it declares
+    table = (ROOT / "docs" / "explorer.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.*?) \|", table, flags=re.M))
+    assert {kind: set(re.findall(r"`(\w+)`", rows.get(kind, ""))) for kind in EXPLORER_INPUTS} == {
+        kind: {f.name for f in EXPLORED if f.explorer_input == kind} for kind in EXPLORER_INPUTS}
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +141,11 @@ def load(ckpt):
     return load_task(FIXTURES / ckpt, "attnlab.tasks.base.Task", "attnlab")
 
 
-@pytest.mark.parametrize("case", ["translation"])
-def test_explore_entry_point_writes_the_page(case, tmp_path, cache_dir, image):
+@pytest.mark.parametrize("case", ["transformer_mt"])
+def test_explore_entry_point_writes_the_page(case, tmp_path, cache_dir, image, checkpoints):
     """As a user runs it (a subprocess): the page's path on stdout, the page written."""
-    ckpt, options, family, _ = CASES[case]
+    model, ckpt, options, family, _ = CASES[case]
+    ckpt = ckpt or checkpoints(model)
     out = tmp_path / "page.html"
     options = [o.format(image=image) for o in options]
     r = cli("-m", "attnlab.explore", f"ckpt={FIXTURES / ckpt}", *options, f"out={out}",
@@ -83,15 +156,15 @@ def test_explore_entry_point_writes_the_page(case, tmp_path, cache_dir, image):
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_every_family_page(case, tmp_path, image, browser):
+def test_every_family_page(case, tmp_path, image, browser, checkpoints):
     """Every family's checkpoint, through what the entry point calls (in-process: one load each): the stored maps
     match their labels and are attention rows, the family's view is there, and the page works in the browser."""
     from attnlab.explorer import write_page
     from attnlab.explorer.inputs import record_for_input
 
-    ckpt, options, family, module = CASES[case]
+    model, ckpt, options, family, module = CASES[case]
     kw = dict(o.format(image=image).split("=", 1) for o in options)
-    task, raw = load(ckpt)
+    task, raw = load(ckpt or checkpoints(model))
     out = write_page(record_for_input(task, raw, **kw).payload(), tmp_path / "page.html")
     data = payload(out)
     assert data["view"]["family"] == family and len(data["epochs"]) == 1
@@ -104,6 +177,9 @@ def test_every_family_page(case, tmp_path, image, browser):
     if case == "translation_target":  # the decoder side is the given target, teacher-forced
         cross = next(m for m in data["modules"] if "cross_attn" in m["name"])
         assert "vingt" in "".join(cross["queries"]) and len(cross["queries"]) >= 3
+    if get(model).explorer_input == "text":  # the masked LM reads both sides, the causal LM only the past
+        w = dequantize(data["epochs"][0]["maps"][names[0]])
+        assert (np.triu(w, 1).sum() > 0.1) == (model == "masked_lm"), model
     if family == "image":
         assert data["view"]["image"].startswith("data:image/png;base64,")
     if family == "speech":  # the audio of what it spoke, compact: 8-bit mu-law at 16 kHz
@@ -144,15 +220,21 @@ BAD = [
     (["text=seven", "out={folder}"], "mt", r"out=.* is a folder"),
     # after the checkpoint is read: the wrong input for its family, unreadable, too long, empty
     (["image={notimage}"], "vit", r"is not an image this can read"),
-    (["text=seven"], "vit", r"image= is missing: give an image file"),
-    (["image={image}"], "mt", r"image= is for a Vision Transformer checkpoint"),
-    (["text=seven", "target=sept"], "lm", r"target= is for a translation checkpoint"),
+    (["text=seven"], "vit", r"text= is not an input of an image classifier \(Image.*\): give image=$"),
+    (["image={image}"], "mt", r"image= is not an input of a translation model .*: give text= \(and target=\)$"),
+    (["text=seven", "target=sept"], "lm", r"target= is not an input of a language model \(CausalLMTask\): give text=$"),
     (["text=" + " ".join(["seventy-seven thousand"] * 20)], "mt", r"this model reads at most \d+"),
     (["text=" + "a" * 400], "tts", r"this model reads at most \d+"),
     (["text= "], "lm", r"text= is empty"),
+    (["text=3 x 5"], "cls", r"'x' is not a token id of this model \(whole numbers 0 to 511"),
+    (["text='3 ²'"], "cls", r"'²' is not a token id"),
+    (["text=3 512"], "cls", r"'512' is not a token id of this model"),
+    (["text=" + " 3" * 33], "cls", r"the input has 33 token ids; this model reads at most 32"),
+    (["text=3 17"], "rnn_cls", r"encoder of kind rnn .*: it has no attention to show"),
 ]
-CKPTS = {"vit": "legacy_vit.ckpt", "mt": "legacy_transformer_mt.ckpt", "lm": "legacy_causal_lm.ckpt",
-         "tts": "legacy_tts.ckpt"}
+# the checkpoints: (model, overrides) for the `checkpoints` fixture
+CKPTS = {"vit": ("vit",), "mt": ("transformer_mt",), "lm": ("causal_lm",), "tts": ("tts",),
+         "cls": ("sequence_classifier",), "rnn_cls": ("sequence_classifier", "model.encoder=rnn")}
 
 
 def bad_options(options, tmp_path, image):
@@ -163,7 +245,7 @@ def bad_options(options, tmp_path, image):
 
 
 @pytest.mark.parametrize("options, ckpt, message", BAD)
-def test_bad_input_is_a_user_error(options, ckpt, message, tmp_path, image):
+def test_bad_input_is_a_user_error(options, ckpt, message, tmp_path, image, checkpoints):
     """Every kind of bad input raises the one-line error the entry point prints (exit 2: a UserError), checked in
     the order the entry point checks: the options before the checkpoint is read, then the input against it."""
     from hydra import compose, initialize_config_dir
@@ -174,13 +256,14 @@ def test_bad_input_is_a_user_error(options, ckpt, message, tmp_path, image):
     from attnlab.explorer.inputs import record_for_input
     from attnlab.paths import CONF_DIR
 
-    options = bad_options(options, tmp_path, image) + [f"ckpt={FIXTURES / CKPTS[ckpt]}"]
+    path = checkpoints(*CKPTS[ckpt])
+    options = bad_options(options, tmp_path, image) + [f"ckpt={path}"]
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("explore", overrides=options)
     with pytest.raises(UserError, match=message) as e:
         check_options(cfg)
-        task, raw = load(CKPTS[ckpt])
+        task, raw = load(path)
         record_for_input(task, raw, text=cfg.text, target=cfg.target, image=cfg.image)
     assert "\n" not in str(e.value) and e.value.exit_code == 2
 

@@ -47,6 +47,13 @@ def needle_recall(n: int, seq_len: int, num_classes: int, num_fillers: int, gene
     return ids, labels, distances
 
 
+def needle_names(ids: list[int], num_classes: int, num_fillers: int) -> list[str]:
+    """Readable tokens: needles as their class (``5``), fillers as ``·``, the query as ``?`` (its id follows the
+    classes and fillers)."""
+    query = num_classes + num_fillers
+    return ["?" if i == query else str(i) if i < num_classes else "·" for i in ids]
+
+
 class SequenceTensorDataset(Dataset):
     def __init__(self, ids: Tensor, labels: Tensor, distances: Tensor):
         self.ids, self.labels, self.distances = ids, labels, distances
@@ -129,8 +136,7 @@ class NeedleRecallDataModule(MidEpochResume, L.LightningDataModule):
 
     # -- helpers for callbacks -------------------------------------------------------------------------------------
     def token_names(self, ids: Tensor) -> list[str]:
-        """Readable tokens: needles as their class (``5``), fillers as ``·``, the query as ``?``."""
-        return ["?" if i == self.query_id else str(int(i)) if i < self.num_classes else "·" for i in ids.tolist()]
+        return needle_names(ids.tolist(), self.num_classes, self.num_fillers)
 
     def example(self, index: int = 0) -> dict[str, Tensor]:
         """A fixed validation sequence (batch of one): ``{"input_ids": (1, T), "label": (1,), "distance": (1,)}``."""

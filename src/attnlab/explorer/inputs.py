@@ -8,6 +8,7 @@ sample, and returns a one-epoch :class:`~attnlab.explorer.record.ExplorerRecord`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +20,14 @@ from ..modules.attention import capture_attention, is_attention_module
 from ..tasks.protocols import AttentionSample
 from .record import ExplorerRecord
 
-__all__ = ["record_for_input"]
+__all__ = ["INPUTS", "record_for_input"]
 
 
 def _capture(task, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     with torch.no_grad(), capture_attention(task) as maps:
         task.attention_forward(**inputs)
+    if not maps:  # an RNN or CNN encoder, a seq2seq model without attention (model.attention=none)
+        raise InputError(f"this {type(task.net).__name__} has no attention to show")
     return dict(maps)
 
 
@@ -61,7 +64,9 @@ def translation(task, ckpt: dict, text: Any, target: Any, title: str) -> Explore
     tgt_in = torch.tensor([[tok.bos_id] + tgt], device=task.device)
     _too_long(tgt_in.shape[1], limit, "target tokens (with <bos>)")
     s = [tok.id_to_token(int(i)) for i in src[0]]
-    t = [tok.id_to_token(int(i)) for i in tgt_in[0]]
+    # the model's vocabulary can be larger than the tokenizer's (data.vocab_size is an upper bound): an undertrained
+    # model may emit an id no token has
+    t = [tok.id_to_token(int(i)) if int(i) < tok.vocab_size else f"<{int(i)}>" for i in tgt_in[0]]
     labels = {"net.encoder": (s, s), "net.decoder": (t, t)}
     labels.update({n: (t, s) for n, m in task.named_modules() if "cross_attn" in n and is_attention_module(m)})
     sample = AttentionSample({"src": src, "src_mask": mask, "tgt_in": tgt_in}, queries=t, keys=s, labels=labels)
@@ -138,26 +143,65 @@ def speech(task, ckpt: dict, text: Any, title: str, griffin_lim_iters: int = 32,
     return _record(title, ckpt, maps, sample, view)
 
 
+def token_ids(task, ckpt: dict, text: Any, title: str) -> ExplorerRecord:
+    """Token ids as text (``"3 17 5 9"``), for a model that reads ids with no tokenizer (the sequence classifier);
+    labelled as its training page labels them where the checkpoint names its data, else by id."""
+    net = task.net
+    if getattr(net, "encoder_kind", "attention") != "attention":
+        raise InputError(f"this {type(net).__name__} has an encoder of kind {net.encoder_kind} (model.encoder="
+                         f"{net.encoder_kind}): it has no attention to show; only model.encoder=attention has")
+    words = _text(text, "token ids (text=\"3 17 5 9\")").split()
+    vocab = int(net.vocab_size)
+    for word in words:
+        if not (word.isascii() and word.isdigit() and int(word) < vocab):
+            raise InputError(f"text=: {word!r} is not a token id of this model (whole numbers 0 to {vocab - 1}, "
+                             "separated by spaces)")
+    ids = [int(w) for w in words]
+    _too_long(len(ids), getattr(net, "max_len", None), "token ids")
+    names = _id_names(ckpt, ids)
+    sample = AttentionSample({"ids": torch.tensor([ids], device=task.device)}, names, names)
+    return _record(title, ckpt, _capture(task, sample.inputs), sample)
+
+
+def _id_names(ckpt: dict, ids: list[int]) -> list[str]:
+    """The names the training page gave the ids: its data module's, when the checkpoint says which (the data
+    module's state is saved under its class name) and holds what names them; else the ids."""
+    from ..data.needle_recall import NeedleRecallDataModule, needle_names
+
+    hp = ckpt.get("datamodule_hyper_parameters")
+    if NeedleRecallDataModule.__name__ in ckpt and isinstance(hp, dict):
+        try:
+            return needle_names(ids, int(hp["num_classes"]), int(hp["num_fillers"]))
+        except (KeyError, TypeError, ValueError):
+            pass
+    return [str(i) for i in ids]
+
+
+# Each kind of input (attnlab.families.EXPLORER_INPUTS): its function and the options it reads.
+INPUTS: dict[str, tuple[Callable[..., ExplorerRecord], tuple[str, ...]]] = {
+    "translation": (translation, ("text", "target")),
+    "text": (language_model, ("text",)),
+    "image": (vision, ("image",)),
+    "speech": (speech, ("text",)),
+    "ids": (token_ids, ("text",)),
+}
+
+
 def record_for_input(task, ckpt: dict, *, text: Any = None, target: Any = None, image: Any = None,
                      title: str = "attention") -> ExplorerRecord:
-    """Dispatch on the checkpoint's family."""
-    from ..tasks.causal_lm import CausalLMTask
-    from ..tasks.translation import TranslationTask
-    from ..tasks.tts import TTSTask
-    from ..tasks.vit import ImageClassificationTask
+    """The record of the input the checkpoint's family reads (its ``explorer_input`` in the registry); an option
+    that family does not read is refused, naming those it reads."""
+    from .. import families
 
-    if isinstance(task, ImageClassificationTask):
-        return vision(task, ckpt, image, title)
-    if image is not None:
-        raise InputError(f"image= is for a Vision Transformer checkpoint; this one is {type(task).__name__}: "
-                         "give text=")
-    if isinstance(task, TranslationTask):
-        return translation(task, ckpt, text, target, title)
-    if target is not None:
-        raise InputError("target= is for a translation checkpoint")
-    if isinstance(task, CausalLMTask):
-        return language_model(task, ckpt, text, title)
-    if isinstance(task, TTSTask):
-        return speech(task, ckpt, text, title)
-    raise InputError(f"{type(task).__name__} checkpoints have no explorer input yet (translation, language model, "
-                     "ViT and TTS do)")
+    cls = type(task)
+    family = families.for_task(f"{cls.__module__}.{cls.__qualname__}")
+    if family is None or family.explorer_input is None:
+        served = sorted({f.what for f in families.families() if f.explorer_input})
+        raise InputError(f"{cls.__name__} checkpoints have no explorer input (those of {', '.join(served)} have)")
+    build, reads = INPUTS[family.explorer_input]
+    given = {"text": text, "target": target, "image": image}
+    for option, value in given.items():
+        if value is not None and option not in reads:
+            own = f"{reads[0]}=" + "".join(f" (and {o}=)" for o in reads[1:])
+            raise InputError(f"{option}= is not an input of {family.what} ({cls.__name__}): give {own}")
+    return build(task, ckpt, *(given[o] for o in reads), title=title)

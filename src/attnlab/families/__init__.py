@@ -25,6 +25,9 @@ from typing import Any
 # What a family's data module gives it; ``data=hf`` serves the text kinds (attnlab.data.hf_source.HF_READERS).
 DATA_KINDS = ("lm_text", "translation", "images", "speech", "sequences")
 BLOCK_GROUPS = ("norm", "ffn", "moe", "attn", "pos")
+# What ``python -m attnlab.explore`` reads for a family's checkpoint (attnlab.explorer.inputs.INPUTS): a source
+# sentence (and its translation), text through the checkpoint's tokenizer, an image file, text to speak, token ids.
+EXPLORER_INPUTS = ("translation", "text", "image", "speech", "ids")
 
 # A family's config rules: the flattened, resolved config (``model.net.d_model`` -> 32) -> problems, one phrase each.
 Rules = Callable[[Mapping[str, Any]], list[str]]
@@ -56,6 +59,8 @@ class Family:
             forward, with the family's natural loss (tests train every family on it).
         test_overrides: the train.py overrides on top of ``debug=fast`` that make a run of a few seconds (tiny
             data sets), for the tests that train every family end to end.
+        explorer_input: the input ``python -m attnlab.explore`` runs its checkpoints on, one of
+            :data:`EXPLORER_INPUTS` (None: the explorer refuses its checkpoints in one line).
     """
 
     name: str
@@ -71,11 +76,15 @@ class Family:
     rules: Rules = _no_rules
     batch_loss: Callable[..., Any] | None = None
     test_overrides: tuple[str, ...] = ()
+    explorer_input: str | None = None
     module: str = field(default="", compare=False)
 
     def __post_init__(self):
         if self.data not in DATA_KINDS:
             raise ValueError(f"family {self.name}: data={self.data!r}, not one of {', '.join(DATA_KINDS)}")
+        if self.explorer_input is not None and self.explorer_input not in EXPLORER_INPUTS:
+            raise ValueError(f"family {self.name}: explorer_input={self.explorer_input!r}, not one of "
+                             f"{', '.join(EXPLORER_INPUTS)}")
         if unknown := set(self.groups) - set(BLOCK_GROUPS):
             raise ValueError(f"family {self.name}: unknown block groups {sorted(unknown)}")
         if not self.models:

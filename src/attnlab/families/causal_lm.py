@@ -23,4 +23,5 @@ FAMILY = Family(
     serves="generate.py",
     description="decoder-only transformer language model (GPT) on text (CPython's docs by default)",
     batch_loss=batch_loss,
+    explorer_input="text",
 )

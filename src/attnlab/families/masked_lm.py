@@ -43,4 +43,5 @@ FAMILY = Family(
     rules=table_rules([(f"model.{k}", unit_interval) for k in ("mask_prob", "mask_share", "random_share")],
                       [_shares]),
     batch_loss=batch_loss,
+    explorer_input="text",
 )

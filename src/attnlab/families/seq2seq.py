@@ -43,4 +43,5 @@ FAMILY = Family(
                        *((f"model.net.{k}", positive_int) for k in ("d_emb", "d_hidden"))], [_even_hidden]),
     batch_loss=batch_loss,
     test_overrides=TINY_NUMBERS,
+    explorer_input="translation",
 )

@@ -45,4 +45,5 @@ FAMILY = Family(
                       [_bidirectional_gru]),
     batch_loss=batch_loss,
     test_overrides=("data.train_size=256", "data.val_size=32", "data.test_size=32"),
+    explorer_input="ids",
 )

@@ -29,4 +29,5 @@ FAMILY = Family(
     description="transformer encoder-decoder translating English number words into French (the default job)",
     batch_loss=batch_loss,
     test_overrides=TINY_NUMBERS,
+    explorer_input="translation",
 )

@@ -18,4 +18,5 @@ FAMILY = Family(
     rules=table_rules([("model.net.max_length_offset", non_negative_int)]),
     batch_loss=batch_loss,
     test_overrides=TINY_NUMBERS,
+    explorer_input="translation",
 )

@@ -37,4 +37,5 @@ FAMILY = Family(
     test_overrides=("data.num_utterances=40", "data.max_digits=2", "data.val_size=4", "data.test_size=4",
                     "data.batch_size=4", "model.net.postnet_channels=16", "model.net.dec_prenet_dim=32",
                     "model.griffin_lim_iters=4", "model.max_frames_per_char=3", "model.free_running_samples=1"),
+    explorer_input="speech",
 )

@@ -36,4 +36,5 @@ FAMILY = Family(
     batch_loss=batch_loss,
     # random crops and flips on: the augmentation is a function of (seed, epoch, item) too
     test_overrides=("data.crop_padding=1", "data.hflip=true", "data.repeats_per_epoch=1"),
+    explorer_input="image",
 )
