@@ -32,7 +32,8 @@ WRITERS = {
     "csv_log": ("metrics.csv", 0, []),  # Lightning's CSV logger (not ours: appended to, not renamed)
     "explorer_html": ("explorer.html", 1, ["callbacks.attention_maps.health=false"]),  # epoch 1's page: epoch 0's
 }
-SLOW = {"cache_shards", "job_status_json", "csv_log", "explorer_html"}  # the same writers' code as "cache" and "metrics_json"
+SLOW = {"cache_shards", "job_status_json", "csv_log", "explorer_html", "metrics_json"}  # the same writers' code as
+# "cache" and "checkpoint" (atomic temp-and-rename writes)
 
 
 @pytest.mark.parametrize("writer", [pytest.param(w, marks=pytest.mark.slow) if w in SLOW else w for w in WRITERS])

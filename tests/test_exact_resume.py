@@ -21,7 +21,8 @@ COMMON = ["debug=fast", "logger=csv", "callbacks.rich_progress_bar=null", "train
           "+sched.total_steps=12"]  # the same LR schedule whatever max_steps the part stops at
 # every registered family (attnlab.families), with the overrides that make its run tiny
 FAMILIES = {f.name: [f"model={f.name}", *f.test_overrides] for f in families()}
-SLOW = {"transformer_nat"}  # transformer_mt's data module and loop: -m slow
+# -m slow (the 10-minute budget): families whose data module and loop another family already runs here
+SLOW = {"transformer_nat", "seq2seq_attention", "sequence_classifier"}
 
 
 def final_state(out, cache_dir, *extra):

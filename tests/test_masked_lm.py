@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from helpers import run_cli
 
@@ -42,6 +43,7 @@ def test_every_position_reads_both_sides():
     assert first.shape[-1] == 41 and net.mask_id == 40  # the [MASK] row
 
 
+@pytest.mark.slow  # the suite's 10-minute budget: by default the masked LM trains in test_exact_resume, test_variants and the explorer's tests
 def test_trains_logs_maps_and_is_served_by_train_py(tmp_path, cache_dir):
     common = ["model=masked_lm", "debug=fast", "logger=csv", "callbacks.rich_progress_bar=null",
               "trainer.enable_progress_bar=false"]

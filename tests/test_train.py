@@ -70,6 +70,7 @@ def test_resume_continues_step_count(tmp_path, cache_dir):
     assert "tokenizer" in second and second["task_class"].endswith("CausalLMTask")
 
 
+@pytest.mark.slow  # the suite's 10-minute budget: tests/test_ddp_equivalence.py runs trainer=ddp_cpu through train.py by default
 def test_ddp_cpu_single_run(tmp_path, cache_dir):
     out = run_cli(FAST + ["trainer=ddp_cpu", f"hydra.run.dir={tmp_path}/run"], cache_dir)
     assert out.returncode == 0, out.stdout[-3000:]
@@ -114,6 +115,7 @@ def test_compile_true_trains_and_checkpoints_only_the_net(tmp_path, cache_dir):
     assert state and all(k.startswith("net.") for k in state)  # the compiled wrapper adds no duplicate keys
 
 
+@pytest.mark.slow  # the suite's 10-minute budget
 def test_optuna_search_runs_trials(tmp_path, cache_dir):
     out = run_cli(["-m", "hparams_search=lm_optuna", "model=causal_lm", "debug=fast", "logger=csv", "hydra.sweeper.n_trials=2",
                    "hydra.sweeper.sampler.n_startup_trials=1", f"hydra.sweep.dir={tmp_path}/sweep"], cache_dir)

@@ -29,6 +29,7 @@ def one_line_error(proc, *words: str) -> str:
     return line
 
 
+@pytest.mark.slow  # the suite's 10-minute budget: test_on_too_long_truncate_and_error runs the same path
 def test_a_too_long_line_is_skipped_and_the_others_translated(tmp_path, cache_dir):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(LINES) + "\n")

@@ -245,6 +245,7 @@ def test_ddp_kill_of_rank_0_only_stops_both_ranks_at_the_same_step(tmp_path, war
     assert "Traceback" not in rank1 and "Error" not in rank1
 
 
+@pytest.mark.slow  # the suite's 10-minute budget: tests/test_resume_anywhere.py stops before the first checkpoint by default
 def test_preempted_before_the_first_checkpoint_then_resume_auto_keeps_last_ckpt_the_newest(tmp_path, warm_cache):
     """SIGTERM in the first epoch, before ModelCheckpoint ever saved: `resume=auto` in the same folder must finish
     into last.ckpt (no last-v1.ckpt beside a stale one), identical to a straight run of as many steps.

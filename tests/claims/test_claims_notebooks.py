@@ -65,6 +65,7 @@ def test_claims_notebook_on_committed_results(monkeypatch):
         assert json.loads(path.read_text())["evidence"] in text(nb)
 
 
+@pytest.mark.slow  # the suite's 10-minute budget
 def test_review_sweep_notebook(quick_e9, monkeypatch):
     out, proc = quick_e9
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -105,6 +105,7 @@ def test_a_model_given_data_it_cannot_read_is_one_line(tmp_path):
                                "needs a data option made for it (leave `data` out to get the model's own)")
 
 
+@pytest.mark.slow  # the suite's 10-minute budget: the in-process tests above read every format
 def test_train_py_reads_a_jsonl_and_a_hub_name_offline_fails_in_one_line(files, tmp_path, cache_dir):
     """Through the entry point: a real (tiny) training run on data=hf, and the offline hub error."""
     common = ["model=transformer_mt", "data=hf", "debug=fast", "logger=none", "callbacks=none", "trainer=cpu",

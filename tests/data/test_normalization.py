@@ -178,6 +178,7 @@ def test_bad_normalize_config_is_a_config_error(cfg, message):
         TextNormalization.from_config(cfg)
 
 
+@pytest.mark.slow  # the suite's 10-minute budget: the value check itself runs in-process
 def test_train_py_names_a_bad_normalize_value_in_one_line(tmp_path, cache_dir):
     proc = run_cli(["data.normalize.case=upper", f"hydra.run.dir={tmp_path}"], cache_dir=cache_dir, timeout=180)
     assert proc.returncode == 2 and "Traceback" not in proc.stdout, proc.stdout[-3000:]

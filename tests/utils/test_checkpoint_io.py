@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from attnlab.paths import ROOT
@@ -28,6 +29,7 @@ def test_atomic_save_round_trip_leaves_no_temporary_file(tmp_path):
     assert [p.name for p in (tmp_path / "ck").iterdir()] == ["last.ckpt"]
 
 
+@pytest.mark.slow  # the suite's 10-minute budget: tests/test_disk_full.py fills the disk under last.ckpt through train.py
 def test_full_disk_while_checkpointing_keeps_last_ckpt(tmp_path, cache_dir):
     env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
     run_dir = tmp_path / "run"
