@@ -26,7 +26,7 @@ from . import resume  # noqa: F401  (registers the resume_dir resolver that conf
 from .checkpoints import load_task
 from .cli_input import DEVICE_HELP, check, check_output, is_device, is_int, read_lines, write_output
 from .decoding.options import DecodingOptions
-from .errors import CheckpointError, InputError, InputTooLongError, OptionError, UserError, one_line_errors
+from .errors import CheckpointError, InputError, InputTooLongError, OptionError, one_line_errors
 from .hydra_errors import one_line_hydra_errors
 from .paths import CONF_DIR
 

@@ -40,7 +40,11 @@ def build_net(cfg: Any) -> nn.Module:
     if isinstance(cfg, nn.Module):
         return cfg
     # a config of an earlier layout (an old checkpoint's or run's) in today's form first
-    cfg = upgrade_net_config(to_container(cfg))
+    return _instantiate_net(upgrade_net_config(to_container(cfg)))
+
+
+def _instantiate_net(cfg: dict) -> nn.Module:
+    """The net of a config already in today's form."""
     check_targets(cfg, "model.net")  # only the project's own classes: a config from a file is data, not code
     return hydra.utils.instantiate(cfg, _convert_="all")
 
@@ -72,9 +76,11 @@ class Task(L.LightningModule):
     ):
         super().__init__()
         self.save_hyperparameters(logger=False)
-        if not isinstance(net, nn.Module):  # a checkpoint of an earlier layout: its config in today's form
+        if isinstance(net, nn.Module):
+            self.net = net
+        else:  # a checkpoint of an earlier layout: its config in today's form, saved and built as such
             self.hparams["net"] = net = upgrade_net_config(to_container(net))
-        self.net = build_net(net)
+            self.net = _instantiate_net(net)
         # what to build (a _target_ and its arguments); bare values are AdamW's and warm-up + cosine's
         self.optimizer_cfg = upgrade_optimizer_config(to_container(optimizer))
         self.scheduler_cfg = upgrade_scheduler_config(to_container(scheduler))

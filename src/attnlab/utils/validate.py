@@ -34,9 +34,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
-from ..choices import BALANCE, ENCODERS, PLACEMENTS, SCHEDULES, TARGET_LANGS
-from ..choices import RNN_ATTENTIONS as ATTENTIONS
-from ..choices import RNN_CELLS as CELLS
+from ..choices import BALANCE, SCHEDULES, TARGET_LANGS
 from ..families import for_config
 from ..errors import ConfigError
 from .config import BLOCK_GROUPS, flatten, used_groups
