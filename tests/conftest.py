@@ -7,11 +7,15 @@ import os
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("WANDB_MODE", "offline")
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # two workers on two cores: a second intra-op thread per worker only contends (measured ~10x slower); set before
+    # torch loads its OpenMP runtime, so the processes the tests start (train.py, DDP ranks) use one thread too
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # two workers on two cores: a second intra-op thread per worker only contends (measured ~10x slower)
     torch.set_num_threads(1)
 
 

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, open_dict
 
 import attnlab.resume  # noqa: F401  (registers the resume_dir resolver used by conf/hydra)
 from attnlab.paths import CONF_DIR, ROOT
+from preloaded_python import run as run_python
 
 
 def compose_train(overrides: list[str], output_dir: Path | str, cache_dir: str | None = None) -> DictConfig:
@@ -38,7 +39,7 @@ def run_cli(args: list[str], cache_dir: str | None = None, timeout: int = 300,
     env.pop("PYTEST_XDIST_WORKER", None)
     if cache_dir:
         env["ATTNLAB_CACHE"] = cache_dir
-    return subprocess.run([sys.executable, script, *args], cwd=ROOT, env=env, timeout=timeout,
+    return run_python([sys.executable, script, *args], cwd=ROOT, env=env, timeout=timeout,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -60,7 +61,7 @@ def run_bench_quick(only: str) -> str:
     """``python -m bench --quick --only <only>`` from the repository root, one thread, one repeat; its output
     (the run must succeed)."""
     path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-m", "bench", "--quick", "--only", only, "--threads", "1", "--repeats", "1"],
+    out = run_python([sys.executable, "-m", "bench", "--quick", "--only", only, "--threads", "1", "--repeats", "1"],
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": path}, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, timeout=120)
     assert out.returncode == 0, out.stdout

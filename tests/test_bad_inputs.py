@@ -35,6 +35,7 @@ from attnlab.paths import CONF_DIR, ROOT
 from attnlab.quoting import hydra_value
 from attnlab.utils.validate import validate_config
 from vision_helpers import write_tiny_cifar
+from preloaded_python import run as run_python
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 FAST = ["debug=fast", "logger=none", "callbacks=none", "trainer=cpu"]
@@ -220,7 +221,7 @@ def _run(script: str, args: list[str], root: Path, stdin: str = "") -> subproces
     env = {k: v for k, v in os.environ.items() if k not in ("ATTNLAB_CACHE", "HYDRA_FULL_ERROR", UNSET_ENV,
                                                             "PYTEST_XDIST_WORKER")}
     env.update(ATTNLAB_ROOT=str(root), WANDB_SILENT="true", PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, script, *args], cwd=ROOT, env=env, input=stdin, text=True, timeout=300,
+    return run_python([sys.executable, script, *args], cwd=ROOT, env=env, input=stdin, text=True, timeout=300,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 

@@ -36,6 +36,7 @@ from attnlab.checkpoint_upgrade import upgrade_net_config
 from attnlab.errors import CheckpointError
 from attnlab.checkpoints import hyper_parameters, load_task
 from attnlab.paths import ROOT
+from preloaded_python import run as run_python
 
 FIXTURES = ROOT / "tests" / "fixtures"
 LEGACY = {p.stem.removeprefix("legacy_"): p for p in sorted(FIXTURES.glob("legacy_*.ckpt"))}
@@ -264,7 +265,7 @@ def cli(script: str, *args: str, cache_dir: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "OMP_NUM_THREADS": "1"}
     env.pop("HYDRA_FULL_ERROR", None)
     cmd = [sys.executable, *(["-m", script] if "." in script and not script.endswith(".py") else [script]), *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, input="one\n", capture_output=True, text=True, timeout=180)
+    return run_python(cmd, cwd=ROOT, env=env, input="one\n", capture_output=True, text=True, timeout=180)
 
 
 # entry point -> (hostile file: family, place, way, target; command line)

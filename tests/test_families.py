@@ -4,7 +4,6 @@ whose task and net are the ones the option builds; the docs name no family the r
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 
 import pytest
@@ -12,6 +11,7 @@ from helpers import compose_train
 
 from attnlab.families import DATA_KINDS, families, for_config, for_task, get, model_names
 from attnlab.paths import CONF_DIR, ROOT
+from preloaded_python import run as run_python
 
 
 def test_every_model_option_belongs_to_one_family():
@@ -29,7 +29,7 @@ def test_a_family_builds_its_declared_task_and_net(model, tmp_path):
 
 
 def test_the_model_table_lists_every_family():
-    out = subprocess.run([sys.executable, "-m", "attnlab.families"], capture_output=True, text=True, check=True)
+    out = run_python([sys.executable, "-m", "attnlab.families"], capture_output=True, text=True, check=True)
     rows = [line for line in out.stdout.splitlines() if line.startswith("| `") and "model=" not in line]
     assert len(rows) == len(families())
     for family in families():

@@ -22,6 +22,7 @@ from attnlab.data.tokenizer import BPETokenizer
 from attnlab.decoding import DecodingOptions
 from attnlab.generate import check_options, checkpoint_option, load_task, sample_texts
 from attnlab.tasks.causal_lm import CausalLMTask
+from preloaded_python import run as run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "The "
@@ -53,7 +54,7 @@ def trained_ckpt(one_thread, tmp_path_factory, cache_dir) -> Path:
 def run_generate(*overrides: str, cache_dir: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "OMP_NUM_THREADS": "1"}
     env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run([sys.executable, "generate.py", *overrides], cwd=ROOT, env=env, capture_output=True,
+    return run_python([sys.executable, "generate.py", *overrides], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 

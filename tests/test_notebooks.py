@@ -15,6 +15,7 @@ import pytest
 from nbclient import NotebookClient
 
 from attnlab.families import families
+from preloaded_python import run as run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -49,7 +50,7 @@ def kernel_env() -> dict[str, str]:
 def train(run_dir: Path, overrides: list[str], cache_dir: str) -> None:
     env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
     env.pop("PYTEST_XDIST_WORKER", None)
-    proc = subprocess.run([sys.executable, "train.py", "debug=fast", *QUIET, *overrides, f"hydra.run.dir={run_dir}"],
+    proc = run_python([sys.executable, "train.py", "debug=fast", *QUIET, *overrides, f"hydra.run.dir={run_dir}"],
                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert (run_dir / "checkpoints" / "last.ckpt").is_file(), proc.stdout[-4000:]

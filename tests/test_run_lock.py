@@ -15,6 +15,7 @@ from cli_checks import TINY, one_error_line, snapshot
 from helpers import run_cli
 
 from attnlab.paths import ROOT
+from preloaded_python import run as run_python
 
 
 def _start(args: list[str], cache_dir: str, log_path) -> subprocess.Popen:
@@ -77,7 +78,7 @@ def test_inference_clis_name_an_uncreatable_run_folder_in_one_line(script, tmp_p
     blocker = tmp_path / "file.txt"
     blocker.write_text("not a folder")
     extra = {"synthesize.py": ["text=hi"], "generate.py": ["prompt=hi"]}.get(script, [])
-    out = subprocess.run([sys.executable, script, f"ckpt={tmp_path}/none.ckpt", *extra,
+    out = run_python([sys.executable, script, f"ckpt={tmp_path}/none.ckpt", *extra,
                           f"hydra.run.dir={blocker}/run"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "HYDRA_FULL_ERROR": "0"}, stdin=subprocess.DEVNULL)
     assert out.returncode == 2, (out.stdout + out.stderr)[-3000:]

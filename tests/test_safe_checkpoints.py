@@ -28,6 +28,7 @@ from hydra.core.global_hydra import GlobalHydra
 from attnlab.errors import CheckpointError, UnsafeCheckpointError
 from attnlab.checkpoints import read_checkpoint, verified
 from attnlab.paths import CONF_DIR, ROOT
+from preloaded_python import run as run_python
 
 FIXTURES = ROOT / "tests" / "fixtures"
 LEGACY_LM = FIXTURES / "legacy_causal_lm.ckpt"
@@ -59,7 +60,7 @@ def cli(script: str, *args: str, stdin: str | bytes | None = None, cache_dir: st
     env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "OMP_NUM_THREADS": "1"}
     env.pop("HYDRA_FULL_ERROR", None)
     data = stdin.encode() if isinstance(stdin, str) else stdin
-    proc = subprocess.run([sys.executable, script, *args], cwd=ROOT, env=env, input=data, capture_output=True,
+    proc = run_python([sys.executable, script, *args], cwd=ROOT, env=env, input=data, capture_output=True,
                           timeout=180)
     return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(errors="replace"),
                                        proc.stderr.decode(errors="replace"))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 from attnlab.paths import ROOT
+from preloaded_python import run as run_python
 
 SECRET = "sk-test-0123456789abcdef0123456789abcdef"
 
@@ -15,7 +15,7 @@ def test_api_key_in_environment_is_not_written_anywhere(tmp_path, cache_dir):
     env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1",
            "WANDB_API_KEY": SECRET, "HF_TOKEN": SECRET}
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "train.py", "model=causal_lm", "debug=fast", "logger=wandb",
+    proc = run_python([sys.executable, "train.py", "model=causal_lm", "debug=fast", "logger=wandb",
                            "callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false",
                            f"hydra.run.dir={run_dir}"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)

@@ -19,6 +19,7 @@ from attnlab.paths import ROOT
 from attnlab.tasks.translation import TranslationTask
 from attnlab.train import run
 from attnlab.translate import encode_sources
+from preloaded_python import run as run_python
 
 TINY_DATA = ["data.train_size=400", "data.val_size=40", "data.test_size=40", "data.max_digits=4"]
 QUIET = ["logger=csv", "callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false"]
@@ -37,7 +38,7 @@ def trained(tmp_path_factory, cache_dir):
 
 def cli(script: str, *args: str, stdin: str | None = None, cache_dir: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "OMP_NUM_THREADS": "1", "WANDB_SILENT": "true"}
-    return subprocess.run([sys.executable, script, *args], cwd=ROOT, env=env, input=stdin, capture_output=True,
+    return run_python([sys.executable, script, *args], cwd=ROOT, env=env, input=stdin, capture_output=True,
                           text=True, timeout=180)
 
 

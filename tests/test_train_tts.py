@@ -22,6 +22,7 @@ from attnlab.paths import ROOT
 from attnlab.train import build_model, run
 from attnlab.errors import ConfigError
 from attnlab.utils.config import check_block_groups
+from preloaded_python import run as run_python
 
 QUIET = ["callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false"]
 # A tiny corpus and model: 24 utterances of 0..99, 4 training batches of 4, a few Griffin-Lim iterations.
@@ -100,7 +101,7 @@ def test_the_explorer_page_holds_the_epochs_audio_and_plays_it(tts_run):
 def run_synthesize(*overrides: str, stdin: str | None = None, cache_dir: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "OMP_NUM_THREADS": "1"}
     env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run([sys.executable, "synthesize.py", *overrides], cwd=ROOT, env=env, capture_output=True,
+    return run_python([sys.executable, "synthesize.py", *overrides], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300, input=stdin)
 
 

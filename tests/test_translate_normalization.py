@@ -20,6 +20,7 @@ from attnlab.paths import ROOT
 from attnlab.tasks.translation import TranslationTask
 from attnlab.train import run
 from attnlab.translate import encode_sources
+from preloaded_python import run as run_python
 
 TINY = ["debug=fast", "data.train_size=400", "data.val_size=40", "data.test_size=40", "data.max_digits=4",
         "model.net.n_layers=1", "logger=csv", "callbacks.rich_progress_bar=null", "callbacks.attention_maps=null",
@@ -47,7 +48,7 @@ def translate(ckpt, lines: list[str], tmp_path, cache_dir) -> subprocess.Complet
     src = tmp_path / "input.txt"
     src.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "OMP_NUM_THREADS": "1", "WANDB_SILENT": "true"}
-    return subprocess.run([sys.executable, "translate.py", f"ckpt={ckpt}", f"input={src}", "n_best=2",
+    return run_python([sys.executable, "translate.py", f"ckpt={ckpt}", f"input={src}", "n_best=2",
                            "batch_size=1", f"hydra.run.dir={tmp_path / 'run'}"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
 

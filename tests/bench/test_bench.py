@@ -8,6 +8,7 @@ import pytest
 from helpers import run_bench_quick
 
 from attnlab.paths import ROOT
+from preloaded_python import run as run_python
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def test_tables_have_ratio_columns(quick_output):
 
 
 def test_unknown_comparison_is_refused():
-    out = subprocess.run([sys.executable, "-m", "bench", "--only", "P99"], cwd=ROOT, stdout=subprocess.PIPE,
+    out = run_python([sys.executable, "-m", "bench", "--only", "P99"], cwd=ROOT, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"})
     assert out.returncode == 2 and "unknown comparison" in out.stdout

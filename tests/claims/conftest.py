@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from attnlab.paths import ROOT
+from preloaded_python import run as run_python
 
 # experiments/ is a top-level folder of the repository, importable from its root (as `python -m experiments.claims`
 # is run): the same for the tests whatever directory pytest was started from
@@ -23,6 +24,6 @@ def quick_e9(tmp_path_factory, cache_dir) -> tuple[Path, subprocess.CompletedPro
     env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "OMP_NUM_THREADS": "1"}
     env.pop("PYTEST_XDIST_WORKER", None)
     out = tmp_path_factory.mktemp("claims")
-    proc = subprocess.run([sys.executable, "-m", "experiments.claims", "run", "E9", "--quick", "--out", str(out)],
+    proc = run_python([sys.executable, "-m", "experiments.claims", "run", "E9", "--quick", "--out", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     return out, proc

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from experiments.claims import all_claims
 from experiments.claims.base import VERDICTS
 from attnlab.paths import ROOT
+from preloaded_python import run as run_python
 
 
 @pytest.mark.slow
@@ -21,7 +21,7 @@ from attnlab.paths import ROOT
 def test_claim_quick(cid, tmp_path, cache_dir):
     env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "OMP_NUM_THREADS": "1"}
     env.pop("PYTEST_XDIST_WORKER", None)
-    proc = subprocess.run([sys.executable, "-m", "experiments.claims", "run", cid, "--quick", "--out", str(tmp_path)],
+    proc = run_python([sys.executable, "-m", "experiments.claims", "run", cid, "--quick", "--out", str(tmp_path)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     record = json.loads((tmp_path / cid / f"{cid}.json").read_text())

@@ -7,7 +7,6 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from experiments.claims import Claim, Result, all_claims, get_claim, normalize_i
 from experiments.claims.base import interval_rule, verdict, verdict_of_parts
 from experiments.claims.report import render
 from experiments.claims.runner import ClaimRunError, run_claim, with_seeds
+from preloaded_python import run as run_python
 
 
 def test_claim_ids():
@@ -65,7 +65,7 @@ def test_old_command_forwards_with_one_note(tmp_path):
     """`python -m attnlab.claims list` (the command before the move) still works from the repository root, with one
     line on stderr naming the new command; outside the repository it fails in one line naming it."""
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
-    old = subprocess.run([sys.executable, "-m", "attnlab.claims", "list"], cwd=ROOT, env=env,
+    old = run_python([sys.executable, "-m", "attnlab.claims", "list"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert old.returncode == 0, old.stderr[-2000:]
     assert old.stderr.splitlines() == ["note: `python -m attnlab.claims` is deprecated; use "
@@ -75,7 +75,7 @@ def test_old_command_forwards_with_one_note(tmp_path):
     # worktree setup may put it there), else this would really start E9's training instead of failing in one line.
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != ROOT.resolve()]
     outside_env = {**env, "PYTHONPATH": os.pathsep.join(paths)}
-    outside = subprocess.run([sys.executable, "-m", "attnlab.claims", "run", "E9"], cwd=tmp_path, env=outside_env,
+    outside = run_python([sys.executable, "-m", "attnlab.claims", "run", "E9"], cwd=tmp_path, env=outside_env,
                              capture_output=True, text=True, timeout=60)
     assert outside.returncode == 2 and outside.stdout == ""
     assert outside.stderr.splitlines() == ["error: the claims moved out of the package: run `python -m "

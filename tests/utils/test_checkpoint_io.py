@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import resource
 import signal
-import subprocess
 import sys
 
 import pytest
@@ -17,6 +16,7 @@ import torch
 
 from attnlab.paths import ROOT
 from attnlab.utils.checkpoint_io import AtomicCheckpointIO
+from preloaded_python import run as run_python
 
 RUN = ["model=causal_lm", "debug=fast", "logger=csv", "callbacks.rich_progress_bar=null",
        "trainer.enable_progress_bar=false", "test=false"]
@@ -33,7 +33,7 @@ def test_atomic_save_round_trip_leaves_no_temporary_file(tmp_path):
 def test_full_disk_while_checkpointing_keeps_last_ckpt(tmp_path, cache_dir):
     env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
     run_dir = tmp_path / "run"
-    first = subprocess.run([sys.executable, "train.py", *RUN, f"hydra.run.dir={run_dir}"], cwd=ROOT, env=env,
+    first = run_python([sys.executable, "train.py", *RUN, f"hydra.run.dir={run_dir}"], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     last = run_dir / "checkpoints" / "last.ckpt"
@@ -44,7 +44,7 @@ def test_full_disk_while_checkpointing_keeps_last_ckpt(tmp_path, cache_dir):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing us
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    second = subprocess.run(
+    second = run_python(
         [sys.executable, "train.py", *RUN, f"resume={run_dir}", "trainer.max_epochs=2"], cwd=ROOT, env=env,
         capture_output=True, text=True, timeout=300, preexec_fn=small_disk)
     out = second.stdout + second.stderr
