@@ -131,9 +131,12 @@ def upgrade_targets(config: Any) -> Any:
     stack = [config]
     while stack:
         node = stack.pop()
-        if isinstance(node, MutableMapping) and node.get("_target_") in DROPPED_ARGS:
-            for arg in DROPPED_ARGS[node["_target_"]]:
-                node.pop(arg, None)
+        try:
+            dropped = DROPPED_ARGS.get(str(node.get("_target_"))) if isinstance(node, MutableMapping) else None
+        except Exception:  # noqa: BLE001 - a _target_ that resolves only in its own run
+            dropped = None
+        for arg in dropped or ():
+            node.pop(arg, None)
         keys = list(node.keys()) if isinstance(node, MutableMapping) else range(len(node))
         for key in keys:
             try:
