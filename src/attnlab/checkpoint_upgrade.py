@@ -115,14 +115,28 @@ def upgrade_net_config(net: Any) -> Any:
 # a class or function that moved: a run folder's saved config names it where it was (resume= compares it, the
 # claims build from it)
 MOVED_TARGETS = {"attnlab.data.hf_source.hf_datamodule": "attnlab.families.hf_datamodule"}
+# arguments a class no longer takes: a saved config that names them drops them. The image and speech data modules
+# took vocab_size and seq_len only to ignore them, because debug=fast set those on every data option; a debug run
+# saved then still resumes (resume= compares every data key) and builds.
+_IGNORED_SIZES = ("vocab_size", "seq_len")
+DROPPED_ARGS = {f"attnlab.data.{target}": _IGNORED_SIZES
+                for target in ("digits.DigitsDataModule", "cifar10.CIFAR10DataModule",
+                               "speech_datamodule.SpeechDataModule", "speech_datamodule.EspeakDataModule")}
 
 
 def upgrade_targets(config: Any) -> Any:
-    """Rename, in place, every ``_target_`` of ``config`` (plain containers or an OmegaConf node) that moved; a value
-    that resolves only in its own run (``${hydra:...}``) is left as it is."""
+    """Rename, in place, every ``_target_`` of ``config`` (plain containers or an OmegaConf node) that moved, and
+    drop the arguments its class no longer takes (:data:`DROPPED_ARGS`); a value that resolves only in its own run
+    (``${hydra:...}``) is left as it is."""
     stack = [config]
     while stack:
         node = stack.pop()
+        try:
+            dropped = DROPPED_ARGS.get(str(node.get("_target_"))) if isinstance(node, MutableMapping) else None
+        except Exception:  # noqa: BLE001 - a _target_ that resolves only in its own run
+            dropped = None
+        for arg in dropped or ():
+            node.pop(arg, None)
         keys = list(node.keys()) if isinstance(node, MutableMapping) else range(len(node))
         for key in keys:
             try:

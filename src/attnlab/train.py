@@ -81,11 +81,17 @@ def with_run_checkpointing(cfg: DictConfig, callbacks: list) -> list:
     return out
 
 
-def build_model(model_cfg: DictConfig, optim: DictConfig | None = None,
-                sched: DictConfig | None = None) -> L.LightningModule:
+def _plain(node: Any) -> Any:
+    """A config node resolved into plain containers; one already resolved (a dict) is copied at its top level."""
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+
+
+def build_model(model_cfg: DictConfig | dict, optim: DictConfig | dict | None = None,
+                sched: DictConfig | dict | None = None) -> L.LightningModule:
     """The task of ``model_cfg``, optimized as the ``optim`` and ``sched`` groups say (without them: AdamW and
-    warm-up + cosine over the model's own ``optimizer`` / ``scheduler`` values)."""
-    cfg = OmegaConf.to_container(model_cfg, resolve=True)
+    warm-up + cosine over the model's own ``optimizer`` / ``scheduler`` values). Each is a config node or the plain
+    containers it resolves to (train.py resolves the whole config once)."""
+    cfg = _plain(model_cfg)
     # describe the model for train.py, not constructor arguments: its name, and `shortcuts`, keys like
     # `model.attention` that exist only to be interpolated into `net` from the command line
     for meta in ("name", "shortcuts", *(cfg.get("shortcuts") or [])):
@@ -93,25 +99,27 @@ def build_model(model_cfg: DictConfig, optim: DictConfig | None = None,
     # the model's tuned values were read by the groups' interpolations: the task gets what to build
     for key, group in (("optimizer", optim), ("scheduler", sched)):
         if group is not None:
-            cfg[key] = OmegaConf.to_container(group, resolve=True)
+            cfg[key] = _plain(group)
     check_targets(cfg, "model")  # what the checkpoint will hold: only classes every loader accepts
     # plain dicts, not DictConfigs, reach the task: its saved hyper-parameters then load with weights_only=True
     return hydra.utils.instantiate(cfg, _convert_="all")
 
 
-def prepare_loggers(cfg: DictConfig, overrides: list[str] | None = None) -> None:
+def prepare_loggers(cfg: DictConfig, overrides: list[str] | None = None, net: dict | None = None) -> None:
     """Fill W&B run name, group and tags from the chosen groups, unless the config sets them.
 
     The group is the job's setting: the experiment (or model) name and the command line's overrides minus ``seed``
     and run bookkeeping (:func:`~attnlab.utils.sweep.setting_name`), so the seeds of ``-m norm=pre,rms
     seed=0,1,2`` land in two groups that W&B's "group by" averages; each run is also tagged ``seed=<n>`` and with
-    every override of its setting. ``overrides``: the command line's (default: this Hydra job's)."""
+    every override of its setting. ``overrides``: the command line's (default: this Hydra job's). ``net``:
+    ``model.net`` already resolved."""
     wb = (cfg.get("logger") or {}).get("wandb")
     if not wb:
         return
     if overrides is None:
         overrides = _task_overrides()
-    tags = auto_tags(cfg)
+    uses = used_groups(cfg, net=net)
+    tags = auto_tags(cfg, uses)
     # the prefix names the experiment (or the model): the override that chose it is not repeated after it
     prefix = cfg.get("experiment_name") or str(cfg.model.get("name"))
     drop = ("experiment", "experiment_name") if cfg.get("experiment_name") else ("model",)
@@ -121,7 +129,7 @@ def prepare_loggers(cfg: DictConfig, overrides: list[str] | None = None) -> None
     with open_dict(cfg):
         wb.tags = wb.tags or tags
         wb.group = wb.group or setting_name(overrides, prefix, drop)
-        groups = tuple(f"{g}=" for g in used_groups(cfg))  # run name: the model and its group choices
+        groups = tuple(f"{g}=" for g in uses)  # run name: the model and its group choices
         wb.name = wb.name or "-".join([tags[0]] + [t.split("=")[-1] for t in tags[1:] if t.startswith(groups)])
 
 
@@ -133,30 +141,33 @@ def _task_overrides() -> list[str]:
         return []
 
 
-def run(cfg: DictConfig) -> dict[str, float]:
-    """Fit and test as the config says; return the final metrics (floats)."""
+def run(cfg: DictConfig, resolved: dict | None = None) -> dict[str, float]:
+    """Fit and test as the config says; return the final metrics (floats). ``resolved``: ``cfg`` already resolved
+    into plain containers (else resolved here); the model is built from it and the loggers record it."""
     import lightning as L
 
     from .checkpoints import check_file_fits
 
+    config = OmegaConf.to_container(cfg, resolve=True) if resolved is None else resolved
     ddp.install()  # before the Trainer exists: DDP ranks re-run this job's saved config (see ddp.py)
     L.seed_everything(cfg.seed, workers=True)
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
-    model = build_model(cfg.model, cfg.get("optim"), cfg.get("sched"))
+    model = build_model(config["model"], config.get("optim"), config.get("sched"))
     check_file_fits(model, cfg.get("ckpt_path"))  # ckpt_path=/resume= of other sizes or parts: one line, no logger yet
     ckpt_file = cfg.get("ckpt_path") and Path(str(cfg.ckpt_path)).is_file()  # resume= sets ckpt_path too
     if ckpt_file and _rank_zero() and hasattr(datamodule, "tokenizer"):  # before any logger or checkpoint is
         # opened; the text datamodules' setup is idempotent (Lightning's own call then returns at once)
         datamodule.setup("fit")
         resume.check_tokenizer(cfg.ckpt_path, datamodule, "resume" if cfg.get("resume") else "ckpt_path")
-    prepare_loggers(cfg)
+    prepare_loggers(cfg, net=config["model"].get("net"))
+    if (cfg.get("logger") or {}).get("wandb"):  # the run's name, group and tags that prepare_loggers set
+        config["logger"] = OmegaConf.to_container(cfg.logger, resolve=True)
     callbacks = instantiate_all(cfg.get("callbacks"))
     loggers = instantiate_all(cfg.get("logger"))
     callbacks = drop_callbacks_needing_a_logger(callbacks, loggers)
     callbacks = with_run_checkpointing(cfg, callbacks)
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
-    config = OmegaConf.to_container(cfg, resolve=True)
     for lg in loggers:
         lg.log_hyperparams(flatten(config))
 
@@ -298,11 +309,12 @@ def _remove_half_written(ckpt_dir: Path) -> None:
 def train_job(cfg: DictConfig, hc) -> float | None:
     # bad values (n_heads=0, seed=-1, task_name=nan, an unset ${oc.env:...}, +attn.foo=1, a model too big to fit):
     # one line naming the key, before anything is built or Lightning imported; the folder is then discarded
-    validate_config(cfg, hc.overrides.task)
-    check_block_groups(cfg, hc.overrides.task)
+    resolved = validate_config(cfg, hc.overrides.task)  # the whole config, resolved once
+    check_block_groups(cfg, hc.overrides.task, resolved["model"].get("net"))
     check_targets(cfg.model, "model")  # the classes its checkpoint will name: ones every loader accepts
     if cfg.get("resume"):
         continue_run(cfg, Path(hc.runtime.output_dir))
+        resolved = OmegaConf.to_container(cfg, resolve=True)  # with the checkpoint and W&B run it continues
     if cfg.get("ckpt_path") and not cfg.get("resume") and Path(str(cfg.ckpt_path)).is_file():
         # (resume=: checked by run_folder.RunFolderGuard; "last"/"best" and URLs are Lightning's to find)
         resume.check_intact(cfg.ckpt_path, option="ckpt_path")
@@ -322,8 +334,8 @@ def train_job(cfg: DictConfig, hc) -> float | None:
     if slow:
         log.warning(slow)
     if _rank_zero():
-        print_config_tree(cfg, save_to=Path(hc.runtime.output_dir) / "config_tree.log")
-    metrics = run(cfg)
+        print_config_tree(resolved, save_to=Path(hc.runtime.output_dir) / "config_tree.log")
+    metrics = run(cfg, resolved)
     if _rank_zero():
         write_metrics(Path(hc.runtime.output_dir), metrics)
     name = cfg.get("optimized_metric")

@@ -183,8 +183,6 @@ class CIFAR10DataModule(ImageClassificationDataModule):
         seed: int = 0,
         pin_memory: bool = False,
         repeats_per_epoch: int = 1,
-        vocab_size: int | None = None,  # ignored (see ImageClassificationDataModule)
-        seq_len: int | None = None,  # ignored
     ):
         if not 0 < val_fraction < 1:
             raise ConfigError(f"val_fraction must be in (0, 1), got {val_fraction}")

@@ -44,8 +44,6 @@ class DigitsDataModule(ImageClassificationDataModule):
         seed: int = 0,
         pin_memory: bool = False,
         repeats_per_epoch: int = 1,
-        vocab_size: int | None = None,  # ignored (see ImageClassificationDataModule)
-        seq_len: int | None = None,  # ignored
     ):
         if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
             raise ConfigError(f"val_fraction={val_fraction} and test_fraction={test_fraction} must be in (0, 1) and "

@@ -187,9 +187,6 @@ class ImageClassificationDataModule(MidEpochResume, L.LightningDataModule):
     Attributes the model config reads from ``data.*`` (``num_classes``, ``image_size``, ``in_channels``) are
     constructor arguments, checked against the data at ``setup``. ``repeats_per_epoch`` makes one training epoch
     that many (shuffled, augmented) passes over the train split.
-
-    Subclasses also accept ``vocab_size`` and ``seq_len`` and ignore them: ``debug=fast`` sets them for every model
-    (they size the language model's data), and a config preset cannot know which data set it is applied to.
     """
 
     #: name shown in error messages

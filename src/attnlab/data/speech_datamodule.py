@@ -73,8 +73,7 @@ class SpeechDataModule(MidEpochResume, L.LightningDataModule):
 
     def __init__(self, path: str | None = None, mel: dict | None = None, batch_size: int = 32,
                  val_size: int = 64, test_size: int = 64, max_chars: int = 200, max_frames: int = 1000,
-                 limit: int | None = None, bucket_pool: int = 50, num_workers: int = 0, seed: int = 0,
-                 vocab_size: int | None = None, seq_len: int | None = None):  # the last two: ignored (debug=fast)
+                 limit: int | None = None, bucket_pool: int = 50, num_workers: int = 0, seed: int = 0):
         super().__init__()
         self.path = path
         self.mel_cfg = MelConfig.from_cfg(mel)

@@ -57,12 +57,13 @@ def _size(n: float) -> str:
     return f"{n:.1f} PiB"
 
 
-def memory_problem(cfg: DictConfig) -> str | None:
-    """One phrase if training the configured net needs more memory than there is, else None."""
+def memory_problem(cfg: DictConfig, resolved_net: dict | None = None) -> str | None:
+    """One phrase if training the configured net needs more memory than there is, else None. ``resolved_net``:
+    ``model.net`` already resolved (else it is resolved here)."""
     net = OmegaConf.select(cfg, "model.net")
     if not isinstance(net, DictConfig) or "_target_" not in net:
         return None
-    params = count_parameters(net)
+    params = count_parameters(net if resolved_net is None else resolved_net)
     if params is None:
         return None
     room = available_bytes(str(OmegaConf.select(cfg, "trainer.accelerator", default="cpu")))

@@ -401,7 +401,8 @@ def _checked_values(cfg: DictConfig, resolved: dict | None = None, narrow: bool 
     if resolved is None:
         resolved = OmegaConf.to_container(cfg, resolve=True)
     view: dict[str, Any] = {k: resolved[k] for k in TOP_KEYS if k in resolved}
-    for key in ("model", "data", "trainer", "paths", "logger", "callbacks", *used_groups(cfg, narrow)):
+    net = resolved["model"].get("net") if isinstance(resolved.get("model"), dict) else None
+    for key in ("model", "data", "trainer", "paths", "logger", "callbacks", *used_groups(cfg, narrow, net)):
         node = resolved.get(key)
         if isinstance(node, dict) and (len(node) or key not in BLOCK_GROUPS):  # moe=off is {}
             view[key] = node
@@ -471,21 +472,26 @@ def _choices(cfg: DictConfig | None) -> dict[str, str]:
 
 def config_problems(cfg: DictConfig) -> list[str]:
     """Every problem found, one phrase each (empty: the config is fine)."""
+    return _resolved_problems(cfg)[0]
+
+
+def _resolved_problems(cfg: DictConfig) -> tuple[list[str], dict | None]:
+    """(:func:`config_problems`, the whole config resolved: None where it does not resolve)."""
     missing = [k for top in ("data", "model") for k in missing_values(cfg.get(top), top)]
     if missing:  # nothing else can be resolved reliably before these are given
-        return [f"{k} is not set: give it on the command line ({k}=...)" for k in missing]
+        return [f"{k} is not set: give it on the command line ({k}=...)" for k in missing], None
     try:
         resolved = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as e:  # a key that does not exist, a loop, an unset environment variable
-        return [interpolation_message(e)]
+        return [interpolation_message(e)], None
     flat = _checked_values(cfg, resolved)
     problems = _value_problems(flat, _COMPILED)
     family = for_config(cfg)
     if not problems and family is not None:
         problems = family.rules(flat)
-    if problems:  # relations assume the single values are sane
-        return problems
-    return [p for relation in RELATIONS if (p := relation(flat))]
+    if not problems:  # relations assume the single values are sane
+        problems = [p for relation in RELATIONS if (p := relation(flat))]
+    return problems, resolved
 
 
 def _value_problems(flat: Mapping[str, Any], compiled: Sequence[tuple[re.Pattern, Check]]) -> list[str]:
@@ -519,19 +525,30 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def validate_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
+def validate_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict:
     """Raise :class:`ConfigError` naming every bad value (on one line, ``; ``-separated) before anything is built;
     then the parts that ``+``/``++``/``~`` overrides (the command line's, ``overrides``) changed, and the writable
-    places the run needs (the data cache)."""
-    problems = config_problems(cfg)
+    places the run needs (the data cache). Returns the whole config resolved (plain containers): resolved once
+    here, the checks and train.py read it."""
+    problems, resolved = _resolved_problems(cfg)
     if not problems:
+        overrides = _as_typed(overrides)
         problems = override_problems(cfg, overrides) + unread_problems(cfg, overrides) + cache_problems(cfg)
     if not problems:
         from .model_memory import memory_problem
 
-        problems = [p for p in [memory_problem(cfg)] if p]
+        net = resolved["model"].get("net") if isinstance(resolved.get("model"), dict) else None
+        problems = [p for p in [memory_problem(cfg, net)] if p]
     if problems:
         raise ConfigError("; ".join(problems))
+    return resolved
+
+
+def _as_typed(overrides: Sequence[str]) -> list[str]:
+    """The command line's overrides as typed: iterating a ListConfig would resolve ``x=${...}`` in them."""
+    if OmegaConf.is_config(overrides):
+        overrides = OmegaConf.to_container(overrides, resolve=False)
+    return [str(o) for o in overrides]
 
 
 # keys of a part's config that are Hydra's or train.py's, not arguments of the part
@@ -583,10 +600,8 @@ def override_problems(cfg: DictConfig, overrides: Sequence[str]) -> list[str]:
     part takes, and a deletion must leave every argument it needs. Without this check the typo surfaced as a
     TypeError traceback from inside instantiate, after Lightning had started. A config group (``+experiment=x``,
     ``~logger``) and keys of plain nodes (``~callbacks.early_stopping``) are Hydra's business."""
-    if OmegaConf.is_config(overrides):  # as typed: iterating a ListConfig would resolve `x=${...}` in it
-        overrides = OmegaConf.to_container(overrides, resolve=False)
     problems = []
-    for override in map(str, overrides):
+    for override in _as_typed(overrides):
         if not override.startswith(("+", "~")):
             continue
         op = "~" if override.startswith("~") else "++" if override.startswith("++") else "+"
@@ -614,10 +629,8 @@ def unread_problems(cfg: DictConfig, overrides: Sequence[str]) -> list[str]:
     """A command-line value of the model's tuned optimizer or schedule values (``model.optimizer.betas=...``,
     ``+model.scheduler.total_steps=...``) that the chosen ``optim`` / ``sched`` option does not read: one line naming
     what it reads, instead of a value silently unused (``optim=sgd`` has no betas)."""
-    if OmegaConf.is_config(overrides):
-        overrides = OmegaConf.to_container(overrides, resolve=False)
     problems = []
-    for override in map(str, overrides):
+    for override in _as_typed(overrides):
         key = override.lstrip("+~").split("=", 1)[0]
         for group, values in OPTIMIZATION_GROUPS.items():
             node = cfg.get(group)
