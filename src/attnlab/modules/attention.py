@@ -49,7 +49,7 @@ class KVCache:
         self.window = window if window is not None and window < max_len else None
         shape = (batch, n_heads, max_len if self.window is None else self.window, head_dim)
         # empty, not zeros: only the first `length` positions are ever read, so zero-filling max_len positions
-        # per layer at every prefill was pure memory traffic (the fill_ in the generation profile)
+        # per layer at every prefill would be pure memory traffic (the fill_ it costs shows in the generation profile)
         self.k = torch.empty(shape, dtype=dtype, device=device)
         self.v = torch.empty(shape, dtype=dtype, device=device)
         self.length = 0
