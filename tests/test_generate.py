@@ -19,7 +19,7 @@ from attnlab.checkpoints import read_checkpoint
 from attnlab.errors import OptionError
 from attnlab.data.lm_datamodule import LMDataModule
 from attnlab.data.tokenizer import BPETokenizer
-from attnlab.decoding import DecodingOptions
+from attnlab.decoding import SamplingOptions
 from attnlab.generate import check_options, checkpoint_option, load_task, sample_texts
 from attnlab.tasks.causal_lm import CausalLMTask
 from preloaded_python import run as run_python
@@ -65,7 +65,7 @@ def test_load_task_and_sample_texts(trained_ckpt):
     assert not task.training and not task.net.training
     assert task.net.vocab_size == 512 and task.net.max_len == 32
 
-    sampled = DecodingOptions(max_new_tokens=12, temperature=0.8, top_k=50, top_p=0.95)
+    sampled = SamplingOptions(max_new_tokens=12, temperature=0.8, top_k=50, top_p=0.95)
     texts = sample_texts(task, tokenizer, PROMPT, sampled, num_samples=3)
     assert len(texts) == 3
     assert all(isinstance(t, str) and t.startswith(PROMPT) for t in texts)
@@ -73,10 +73,10 @@ def test_load_task_and_sample_texts(trained_ckpt):
     # seeded: the same call gives the same texts; greedy rows are all identical
     again = sample_texts(task, tokenizer, PROMPT, sampled, num_samples=3)
     assert again == texts
-    greedy = sample_texts(task, tokenizer, PROMPT, DecodingOptions(max_new_tokens=12, temperature=0.0), num_samples=2)
+    greedy = sample_texts(task, tokenizer, PROMPT, SamplingOptions(max_new_tokens=12, temperature=0.0), num_samples=2)
     assert greedy[0] == greedy[1] and greedy[0].startswith(PROMPT)
     # more tokens than the model's context (max_len 32): the window slides, cache and recompute agree
-    long = DecodingOptions(max_new_tokens=50, temperature=1.0)
+    long = SamplingOptions(max_new_tokens=50, temperature=1.0)
     long_cached = sample_texts(task, tokenizer, PROMPT, long, num_samples=2, use_cache=True)
     long_full = sample_texts(task, tokenizer, PROMPT, long, num_samples=2, use_cache=False)
     assert long_cached == long_full
@@ -153,8 +153,8 @@ def test_generate_cli_refuses_bad_options_in_one_line(trained_ckpt, cache_dir, t
 def test_top_p_one_and_top_k_zero_mean_no_filter(trained_ckpt):
     task, tokenizer = load_task(trained_ckpt)
     kw = dict(max_new_tokens=8, temperature=1.0)
-    plain = sample_texts(task, tokenizer, PROMPT, DecodingOptions(top_k=None, top_p=None, **kw), num_samples=2)
-    assert sample_texts(task, tokenizer, PROMPT, DecodingOptions(top_k=0, top_p=1.0, **kw), num_samples=2) == plain
+    plain = sample_texts(task, tokenizer, PROMPT, SamplingOptions(top_k=None, top_p=None, **kw), num_samples=2)
+    assert sample_texts(task, tokenizer, PROMPT, SamplingOptions(top_k=0, top_p=1.0, **kw), num_samples=2) == plain
 
 
 def test_trained_checkpoint_holds_plain_types_only(trained_ckpt):

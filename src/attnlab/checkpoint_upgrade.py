@@ -1,14 +1,14 @@
-"""Checkpoints written before the parts-from-config layout (issue 13) load as they are: their ``net`` config and
-state-dict keys are rewritten into today's form when a task is built from them.
+"""Checkpoints of the spec layout load as they are: their ``net`` config and state-dict keys are rewritten into
+today's form when a task is built from them.
 
-Before, a ``net`` config carried the block groups as plain specs (``norm: {name: rms, kind: rmsnorm, placement:
-pre, eps: ...}``, ``ffn: {activation: swiglu, ...}``, ``moe: {enabled: ...}``, ``pos: {kind: rotary, ...}``) and an
-attention flag ``scaled``; the models named their stacks per family (``blocks``, ``encoder.0``, ``enc_blocks``,
+In the spec layout a ``net`` config carries the block groups as plain specs (``norm: {name: rms, kind: rmsnorm,
+placement: pre, eps: ...}``, ``ffn: {activation: swiglu, ...}``, ``moe: {enabled: ...}``, ``pos: {kind: rotary, ...}``) and an
+attention flag ``scaled``; the models name their stacks per family (``blocks``, ``encoder.0``, ``enc_blocks``,
 ``final_norm``/``encoder_norm``/``enc_norm``, ``lm_head``/``out_proj``/``mel_proj``). Today the groups are parts
 with ``_target_`` (:mod:`attnlab.modules.parts`) and every family has ``encoder``/``decoder`` stacks with
 ``layers`` and ``final_norm``, and a ``head``. The parameters are the same tensors, in the same order (so an
 optimizer state resumes as well): only names move, and the ViT's position table loses its leading batch axis.
-An ``ffn.activation`` that was one module (``{_target_: torch.nn.GELU}``) becomes the factory each feed-forward
+An ``ffn.activation`` given as one module (``{_target_: torch.nn.GELU}``) becomes the factory each feed-forward
 calls (``_partial_: true``); a shared module was saved under every layer's name, so a learnable one's weights load
 strictly into each layer's own. Arguments added later with a default that changes behaviour (``ADDED_ARGS``: the
 TTS's ``text_eos``) are set to their old value in a config that does not name them.
@@ -81,8 +81,8 @@ def upgrade_pos(spec: Mapping) -> dict:
 SPECS = {"norm": ("kind", upgrade_norm), "ffn": ("activation", upgrade_ffn), "moe": ("enabled", upgrade_moe),
          "pos": ("kind", upgrade_pos)}
 RENAMED_ARGS = {"n_enc_layers": "n_encoder_layers", "n_dec_layers": "n_decoder_layers"}
-# net class -> (argument, the behaviour before it existed): a config without it keeps that behaviour, whatever the
-# argument's default is today (the TTS text's <eos>, issue 15: older models were trained without one)
+# net class -> (argument, its value for a config that does not name it): the behaviour such a net was trained with,
+# whatever the argument's default is today (the TTS text's <eos>: a config without text_eos was trained without one)
 ADDED_ARGS = {"TransformerTTS": ("text_eos", False)}
 
 

@@ -19,7 +19,7 @@ from . import resume  # noqa: F401  (registers the resume_dir resolver that conf
 from .checkpoints import load_task as load_checkpoint
 from .cli_input import DEVICE_HELP, check, is_device, is_int, is_seed
 from .data.tokenizer import BPETokenizer
-from .decoding.options import DecodingOptions
+from .decoding.options import SamplingOptions
 from .errors import OptionError, one_line_errors
 from .hydra_errors import one_line_hydra_errors
 from .paths import CONF_DIR
@@ -33,7 +33,7 @@ def load_task(ckpt_path: str | Path, device: str = "cpu"):
     return task, task.tokenizer
 
 
-def sample_texts(task, tokenizer: BPETokenizer, prompt: str, options: DecodingOptions, *, num_samples: int,
+def sample_texts(task, tokenizer: BPETokenizer, prompt: str, options: SamplingOptions, *, num_samples: int,
                  use_cache: bool = True, seed: int = 0) -> list[str]:
     """``num_samples`` continuations of ``prompt``, sampled as ``options`` say (``max_new_tokens``, ``temperature``,
     ``top_k``, ``top_p``)."""
@@ -56,13 +56,13 @@ def checkpoint_option(cfg: DictConfig) -> str:
                      "the path of a language-model checkpoint (ckpt=<run>/checkpoints/last.ckpt)"))
 
 
-def check_options(cfg: DictConfig) -> DecodingOptions:
-    """Every sampling option, before the checkpoint is read: one line naming the first bad one. The decoding
-    options (max_new_tokens, temperature, top_k, top_p) check themselves."""
+def check_options(cfg: DictConfig) -> SamplingOptions:
+    """Every sampling option, before the checkpoint is read: one line naming the first bad one. The
+    :class:`SamplingOptions` (max_new_tokens, temperature, top_k, top_p) check themselves."""
     check(cfg, "prompt", lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool),
           "text (quote it: prompt='\"The for statement\"')")
     check(cfg, "num_samples", lambda v: is_int(v) and v >= 1, "an integer >= 1")
-    options = DecodingOptions.from_config(cfg)
+    options = SamplingOptions.from_config(cfg)
     check(cfg, "use_cache", lambda v: isinstance(v, bool), "true or false")
     check(cfg, "seed", is_seed, "an integer from -2**63 to 2**64 - 1")
     check(cfg, "device", is_device, DEVICE_HELP)

@@ -21,7 +21,7 @@ restart Lightning does get right:
   the batch counters of the epoch at 0); :class:`~attnlab.callbacks.exact_resume.ExactResume` also clears the
   fit loop's "restarting" flag that ``max_steps`` forces, so the epoch starts as it does in an uninterrupted run.
 
-Checkpoints written before the record existed are placed from their counters (:func:`from_checkpoint`).
+A checkpoint without the record is placed from its loop counters (:func:`from_checkpoint`).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _place(started: int, inside: bool, n: int, complete: bool) -> tuple[int, int
 
 
 def from_checkpoint(checkpoint: dict) -> Position | None:
-    """The checkpoint's position: its record, else read from Lightning's counters (older checkpoints)."""
+    """The checkpoint's position: its record, else read from Lightning's counters (a checkpoint without one)."""
     saved = checkpoint.get(KEY)
     if isinstance(saved, dict):
         try:

@@ -3,7 +3,8 @@
 * BPE vocabularies (:mod:`attnlab.data.tokenizer`) start with four special tokens, in this order, in every
   vocabulary: the models pad, start and stop on these ids.
 * The TTS reads characters from a fixed alphabet (:mod:`attnlab.data.characters`), so a checkpoint needs no
-  vocabulary file. ``<eos>`` is the last id, so the ids before it keep the meaning they had before it was added.
+  vocabulary file. ``<eos>`` is the last id, so every character's id is the same whether a net uses it or not
+  (``text_eos``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from attnlab.decoding import BeamResult, CausalLMStepper, DecodingOptions, beam_search, generate, greedy_search
+from attnlab.decoding import (BeamResult, CausalLMStepper, DecodingOptions, SamplingOptions, beam_search, generate,
+                              greedy_search)
 from attnlab.models.causal_lm import CausalLM
 
 
@@ -239,9 +240,10 @@ def test_beam_one_is_greedy(use_cache, length_penalty, force):
     V = 40
     model = make_lm(V)
     prefix = prompts(V, 6)
-    free = generate(CausalLMStepper(model), prefix, 10, temperature=0)[:, 5:]
+    free = generate(CausalLMStepper(model), prefix, SamplingOptions(10, temperature=0))[:, 5:]
     eos = int(free[0, 3])  # a token greedy really emits, so some rows stop early and some do not
-    greedy = generate(CausalLMStepper(model, use_cache=use_cache), prefix, 10, temperature=0, eos_id=eos)[:, 5:]
+    greedy = generate(CausalLMStepper(model, use_cache=use_cache), prefix, SamplingOptions(10, temperature=0),
+                      eos_id=eos)[:, 5:]
     res = search(CausalLMStepper(model, use_cache=use_cache), prefix, beam_size=1, max_new_tokens=10,
                       eos_id=eos, length_penalty=length_penalty, force_eos_at_max_len=force)
     chain = greedy_search(CausalLMStepper(model, use_cache=use_cache), prefix,
@@ -294,7 +296,7 @@ def test_wider_beam_finds_more_probable_outputs_than_greedy():
     model = make_lm(V, scale=6.0)
     prefix = prompts(V, 16, low=1)
     kw = dict(max_new_tokens=8, eos_id=eos, length_penalty=0.0)
-    greedy = generate(CausalLMStepper(model), prefix, 8, temperature=0, eos_id=eos)[:, 5:]
+    greedy = generate(CausalLMStepper(model), prefix, SamplingOptions(8, temperature=0), eos_id=eos)[:, 5:]
     greedy_lp = []
     for p, row in zip(prefix, greedy.tolist()):
         seq = row[: row.index(eos) + 1] if eos in row else row + [eos]  # EOS forced at the limit (the default)
@@ -313,7 +315,7 @@ def test_cache_recompute_and_prefix_expansion_agree(max_len):
     V = 40
     model = make_lm(V, max_len=max_len)
     prefix = prompts(V, 3)
-    eos = int(generate(CausalLMStepper(model), prefix, 6, temperature=0)[1, -1])
+    eos = int(generate(CausalLMStepper(model), prefix, SamplingOptions(6, temperature=0))[1, -1])
     runs = [search(CausalLMStepper(model, use_cache=c), prefix, beam_size=4, max_new_tokens=12, eos_id=eos,
                         n_best=4, expand_prefix=e) for c, e in [(True, False), (False, False), (True, True)]]
     for other in runs[1:]:

@@ -1,4 +1,4 @@
-"""beam_size=1 in translation is greedy decoding: the argmax chain the LM's generate(temperature=0) emits.
+"""beam_size=1 in translation is greedy decoding: the argmax chain the LM's generate emits at temperature 0.
 
 A beam of one *without* early stopping (what translation's beam search uses for beam > 1) may keep searching after
 its first finished hypothesis and end on another one; on random peaked scorers that happens in a few rows, which is
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.decoding import DecodingOptions, beam_search, generate, greedy_search
+from attnlab.decoding import DecodingOptions, SamplingOptions, beam_search, generate, greedy_search
 from attnlab.models.transformer_mt import TransformerMT
 from attnlab.tasks.translation import TranslationTask
 
@@ -47,7 +47,8 @@ def test_beam_one_in_translation_is_the_argmax_chain_of_generate(seed, force):
     res = task_for(net).translate_batch(src, mask, DecodingOptions(max_len_a=1.0, max_len_b=3,
                                                                    force_eos_at_max_len=force))
     limits = (mask.sum(1) + 3).tolist()
-    chain = generate(net.stepper(src, mask), torch.full((8, 1), BOS), max(limits), temperature=0.0, eos_id=EOS)[:, 1:]
+    chain = generate(net.stepper(src, mask), torch.full((8, 1), BOS), SamplingOptions(max(limits), temperature=0.0),
+                     eos_id=EOS)[:, 1:]
     cut = 0
     for b, hyp in enumerate(res.best):
         want = chain[b, : limits[b]]

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from attnlab.decoding import CausalLMStepper, Stepper, filter_logits, generate, sample_next
+from attnlab.decoding import CausalLMStepper, SamplingOptions, Stepper, filter_logits, generate, sample_next
 from attnlab.models.causal_lm import CausalLM
 from attnlab.modules.parts import load_part
 
@@ -93,11 +93,10 @@ def test_filter_does_not_modify_input():
 # --------------------------------------------------------------------------------------------------------------
 # sample_next
 # --------------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("temperature", [0.0, -1.0])
-def test_temperature_zero_is_argmax(temperature):
+def test_temperature_zero_is_argmax():
     logits = torch.randn(16, V, generator=torch.Generator().manual_seed(4))
     g = torch.Generator().manual_seed(0)
-    out = sample_next(logits, temperature=temperature, top_k=3, top_p=0.5, generator=g)
+    out = sample_next(logits, SamplingOptions(temperature=0.0, top_k=3, top_p=0.5), g)
     assert torch.equal(out, logits.argmax(-1))
     assert out.shape == (16,) and out.dtype == torch.long
 
@@ -107,7 +106,7 @@ def test_seeded_sampling_is_reproducible():
 
     def draw(seed):
         g = torch.Generator().manual_seed(seed)
-        return torch.stack([sample_next(logits, temperature=1.0, generator=g) for _ in range(5)])
+        return torch.stack([sample_next(logits, SamplingOptions(temperature=1.0), g) for _ in range(5)])
 
     a, b, c = draw(123), draw(123), draw(124)
     assert torch.equal(a, b)
@@ -116,7 +115,7 @@ def test_seeded_sampling_is_reproducible():
 
 def frequencies(logits: Tensor, n: int = 5000, seed: int = 0, **kw) -> Tensor:
     g = torch.Generator().manual_seed(seed)
-    draws = sample_next(logits.expand(n, -1), generator=g, **kw)
+    draws = sample_next(logits.expand(n, -1), SamplingOptions(**kw), g)
     return torch.bincount(draws, minlength=logits.shape[-1]).float() / n
 
 
@@ -187,7 +186,7 @@ def test_rows_after_eos_keep_emitting_eos_and_loop_stops_when_all_done(temperatu
     # row 0 emits eos first, then the model "wants" 4; row 1 emits 1, 3, then eos
     stepper = ScriptedStepper([[EOS, 4, 4, 4, 4], [1, 3, EOS, 5, 5]])
     prefix = torch.tensor([[5, 5], [4, 4]])
-    out = generate(stepper, prefix, max_new_tokens=10, eos_id=EOS, temperature=temperature,
+    out = generate(stepper, prefix, SamplingOptions(max_new_tokens=10, temperature=temperature), eos_id=EOS,
                    generator=torch.Generator().manual_seed(0))
     assert out.tolist() == [[5, 5, EOS, EOS, EOS], [4, 4, 1, 3, EOS]]
     assert torch.equal(stepper.prefix, prefix)
@@ -198,22 +197,22 @@ def test_rows_after_eos_keep_emitting_eos_and_loop_stops_when_all_done(temperatu
 
 def test_unfinished_rows_run_to_max_new_tokens():
     stepper = ScriptedStepper([[3, EOS, 4, 4, 4, 4, 4], [1, 1, 1, 1, 1, 1, 1]])
-    out = generate(stepper, torch.tensor([[0], [0]]), max_new_tokens=6, eos_id=EOS, temperature=0)
+    out = generate(stepper, torch.tensor([[0], [0]]), SamplingOptions(max_new_tokens=6, temperature=0), eos_id=EOS)
     assert out.tolist() == [[0, 3, EOS, EOS, EOS, EOS, EOS], [0, 1, 1, 1, 1, 1, 1]]
     assert stepper.calls == 6  # prefill + 5 steps: no wasted step after the last token
 
 
 def test_without_eos_id_eos_is_an_ordinary_token():
     stepper = ScriptedStepper([[EOS, 4, EOS, 1]])
-    out = generate(stepper, torch.tensor([[0]]), max_new_tokens=4, temperature=0)
+    out = generate(stepper, torch.tensor([[0]]), SamplingOptions(max_new_tokens=4, temperature=0))
     assert out.tolist() == [[0, EOS, 4, EOS, 1]]
 
 
-def test_zero_new_tokens_returns_prefix():
+def test_one_new_token_takes_no_step():
     stepper = ScriptedStepper([[1]])
     prefix = torch.tensor([[3, 4, 5]])
-    assert torch.equal(generate(stepper, prefix, max_new_tokens=0), prefix)
-    assert stepper.fed == []
+    assert generate(stepper, prefix, SamplingOptions(max_new_tokens=1, temperature=0)).tolist() == [[3, 4, 5, 1]]
+    assert stepper.fed == [] and stepper.calls == 1  # the prefill's logits give the token; nothing is fed back
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -239,7 +238,8 @@ def run_both(model: CausalLM, prefix: Tensor, n: int, **kw) -> tuple[Tensor, Ten
     outs = []
     for use_cache in (True, False):
         g = torch.Generator().manual_seed(7)
-        outs.append(generate(CausalLMStepper(model, use_cache=use_cache), prefix, n, generator=g, **kw))
+        stepper = CausalLMStepper(model, use_cache=use_cache)
+        outs.append(generate(stepper, prefix, SamplingOptions(n, **kw), generator=g))
     return outs[0], outs[1]
 
 
@@ -259,7 +259,7 @@ def test_cache_equals_recompute_token_for_token(pos, moe, sampling):
     assert torch.equal(cached, full)
     if sampling["temperature"] == 0:
         # greedy is a deterministic function of the model: the seed does not matter
-        again = generate(CausalLMStepper(model), prefix, 10, temperature=0.0,
+        again = generate(CausalLMStepper(model), prefix, SamplingOptions(10, temperature=0.0),
                          generator=torch.Generator().manual_seed(999))
         assert torch.equal(again, cached)
 
@@ -283,10 +283,10 @@ def test_cached_stepper_feeds_one_token_per_step():
     lengths: list[int] = []
     handle = model.register_forward_hook(lambda m, args, out: lengths.append(args[0].shape[1]))
     try:
-        generate(CausalLMStepper(model, use_cache=True), prompt(2, 5), 6, temperature=0)
+        generate(CausalLMStepper(model, use_cache=True), prompt(2, 5), SamplingOptions(6, temperature=0))
         cached = list(lengths)
         lengths.clear()
-        generate(CausalLMStepper(model, use_cache=False), prompt(2, 5), 6, temperature=0)
+        generate(CausalLMStepper(model, use_cache=False), prompt(2, 5), SamplingOptions(6, temperature=0))
     finally:
         handle.remove()
     assert cached == [5, 1, 1, 1, 1, 1]
@@ -308,10 +308,10 @@ def test_prefix_longer_than_max_len_is_truncated_to_window():
     model = make_lm(max_len=8)
     long = prompt(2, 20)
     for use_cache in (True, False):
-        out = generate(CausalLMStepper(model, use_cache=use_cache), long, 3, temperature=0)
+        out = generate(CausalLMStepper(model, use_cache=use_cache), long, SamplingOptions(3, temperature=0))
         assert torch.equal(out[:, :20], long) and out.shape == (2, 23)
         # the continuation only depends on the last max_len tokens
-        same = generate(CausalLMStepper(model, use_cache=use_cache), long[:, -8:], 3, temperature=0)
+        same = generate(CausalLMStepper(model, use_cache=use_cache), long[:, -8:], SamplingOptions(3, temperature=0))
         assert torch.equal(out[:, 20:], same[:, 8:])
 
 
@@ -362,7 +362,7 @@ def test_test_model_is_not_degenerate():
     """The untrained (sharpened) model above has clear argmaxes and a varied greedy continuation, so the
     cache-vs-recompute comparisons compare something (and are not decided by float noise between near-ties)."""
     model = make_lm()
-    out = generate(CausalLMStepper(model), prompt(1, 5), 10, temperature=0)
+    out = generate(CausalLMStepper(model), prompt(1, 5), SamplingOptions(10, temperature=0))
     assert len(set(out[0, 5:].tolist())) > 1
     with torch.no_grad():
         top2 = model(prompt(4, 12)).topk(2, dim=-1).values
@@ -375,4 +375,4 @@ def test_top_p_below_the_dtype_resolution_keeps_the_top_token():
     logits = torch.tensor([[2.0, 1.0, 0.5], [0.0, 3.0, 1.0]])
     out = filter_logits(logits, top_p=1e-300)
     assert torch.equal(torch.isfinite(out), torch.tensor([[True, False, False], [False, True, False]]))
-    assert torch.equal(sample_next(logits, top_p=1e-300), torch.tensor([0, 1]))
+    assert torch.equal(sample_next(logits, SamplingOptions(top_p=1e-300)), torch.tensor([0, 1]))

@@ -156,7 +156,8 @@ class MidEpochResume:
             self._resume_at = (int(state["epoch"]), int(state["batches_done"]))
 
     def resume_from(self, epoch: int, batches_done: int) -> None:
-        """Where the checkpoint being loaded continues (``ExactResume``: also right for older checkpoints)."""
+        """Where the checkpoint being loaded continues (``ExactResume``: from its position record, or from its loop
+        counters where it has none)."""
         self._resume_at = (int(epoch), int(batches_done))
 
     def _resumable(self, loader: DataLoader) -> DataLoader:

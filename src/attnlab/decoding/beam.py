@@ -164,7 +164,7 @@ def greedy_search(
     eos_id: int | None = None,
     vocab_size: int | None = None,
 ) -> BeamResult:
-    """The argmax chain (what the LM's ``generate(temperature=0)`` emits), as a :class:`BeamResult` with one
+    """The argmax chain (what the LM's ``generate`` emits at temperature 0), as a :class:`BeamResult` with one
     hypothesis per row: row b stops at EOS or after ``limits[b]`` new tokens. What ``beam_size=1`` means in
     translation: a beam of one without early stopping may end on another hypothesis.
 

@@ -1,10 +1,12 @@
-"""Greedy decoding and sampling with temperature, top-k and nucleus (top-p) filtering."""
+"""Greedy decoding and sampling with temperature, top-k and nucleus (top-p) filtering, as :class:`SamplingOptions`
+say."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
+from .options import SamplingOptions
 from .step import Stepper
 
 
@@ -24,18 +26,11 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
     return logits
 
 
-def sample_next(
-    logits: Tensor,
-    *,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-) -> Tensor:
-    """logits (B, V) -> next token ids (B,). temperature 0 means greedy (argmax)."""
-    if temperature <= 0:
+def sample_next(logits: Tensor, options: SamplingOptions, generator: torch.Generator | None = None) -> Tensor:
+    """logits (B, V) -> next token ids (B,), drawn as ``options`` say (temperature 0: the argmax)."""
+    if options.greedy:
         return logits.argmax(dim=-1)
-    logits = filter_logits(logits.float() / temperature, top_k, top_p)
+    logits = filter_logits(logits.float() / options.temperature, options.top_k, options.top_p)
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)
 
 
@@ -43,33 +38,30 @@ def sample_next(
 def generate(
     stepper: Stepper,
     prefix: Tensor,
-    max_new_tokens: int,
+    options: SamplingOptions,
     *,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
     eos_id: int | None = None,
     generator: torch.Generator | None = None,
     vocab_size: int | None = None,
 ) -> Tensor:
-    """prefix (B, T) -> (B, T + n) with n ≤ max_new_tokens; rows that emitted ``eos_id`` keep emitting it.
+    """prefix (B, T) -> (B, T + n) with n ≤ ``options.max_new_tokens``; rows that emitted ``eos_id`` keep emitting it.
 
     ``vocab_size``: never emit ids at or above it (a model whose embedding table is larger than its tokenizer).
     """
     out = [prefix]
     done = torch.zeros(prefix.shape[0], dtype=torch.bool, device=prefix.device)
     logits = stepper.prefill(prefix)
-    for i in range(max_new_tokens):
+    for i in range(options.max_new_tokens):
         if vocab_size is not None and vocab_size < logits.shape[-1]:
             logits = logits.clone()
             logits[:, vocab_size:] = float("-inf")
-        token = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+        token = sample_next(logits, options, generator)
         if eos_id is not None:
             token = token.masked_fill(done, eos_id)
             done |= token == eos_id
         out.append(token[:, None])
         if eos_id is not None and bool(done.all()):
             break
-        if i + 1 < max_new_tokens:
+        if i + 1 < options.max_new_tokens:
             logits = stepper.step(token)
     return torch.cat(out, dim=1)

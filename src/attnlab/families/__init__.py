@@ -2,8 +2,8 @@
 
 A family is what ``model=<name>`` trains: a task (LightningModule), the net it builds, the data it reads, the block
 groups (``norm``, ``ffn``, ``moe``, ``attn``, ``pos``) it is built from, the entry point that serves its checkpoints,
-its own config rules and a tiny synthetic batch for tests. Everything that used to keep a list of families reads
-this registry instead: the block groups a run uses (:func:`attnlab.utils.config.used_groups`), the checkpoint
+its own config rules and a tiny synthetic batch for tests. Everything that needs the list of families reads
+this registry: the block groups a run uses (:func:`attnlab.utils.config.used_groups`), the checkpoint
 loader's refusals (:mod:`attnlab.checkpoints`), ``data=hf`` (:func:`hf_datamodule`), the family rules of
 :mod:`attnlab.utils.validate`, the tests' parametrizations and the docs' model table.
 

@@ -17,8 +17,8 @@ positions (the paper's "scaled positional encoding"), so the model can balance p
 ``<eos>`` (:data:`~attnlab.special_tokens.CHAR_EOS_ID`) after each text's last character, so the text is N + 1 positions
 long: once the characters are read, the decoder has a position to attend to (and to learn to stop on). Every
 length the attention is measured against (guided attention's W, focus and diagonal rates) is then N + 1; the
-forward pass returns it as ``text_lengths``. Nets configured before the option (no ``text_eos`` key) are built
-with it off (:func:`~attnlab.checkpoint_upgrade.upgrade_net_config`), so old checkpoints speak as they did.
+forward pass returns it as ``text_lengths``. A net config without a ``text_eos`` key is built with it off
+(:func:`~attnlab.checkpoint_upgrade.upgrade_net_config`): such a net was trained without ``<eos>``.
 
 Layers come from the ``norm``/``ffn``/``moe``/``attn`` groups like every transformer here. Positions are fixed to
 the scaled sinusoid (the ``pos`` group does not apply).

@@ -81,8 +81,8 @@ class VisionTransformer(TransformerModel):
         # one row per token, the class token included (as in ViT); a fixed 2-D table gives the class token none
         self.positions = resolve_positions(pos)(max_len=self.num_tokens, d_model=d_model, n_heads=n_heads,
                                                 grid=(self.grid, self.grid))
-        # registered after the positions: the parameter order (and so the optimizer state) of earlier checkpoints,
-        # where the position table was a parameter of the model itself
+        # registered after the positions: the parameter order, which a saved optimizer state follows, puts the
+        # position table first, as in the checkpoint layout where it is a parameter of the model itself
         self.patch_embed = patch_embed
         self.drop = nn.Dropout(dropout)
         self.encoder = build_stack(n_layers, d_model, n_heads, parts, dropout=dropout, attn_dropout=attn_dropout,

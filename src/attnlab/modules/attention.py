@@ -8,7 +8,7 @@ Two paths compute the same function:
   only when weights are asked for: by a caller whose loss needs them (guided attention, copy mechanism), or
   inside :func:`capture_attention` (the attention-map callback, one forward pass on its logging step).
 
-Variants (issue 13): grouped-query attention (``kv_heads`` < ``n_heads``; ``kv_heads=1`` is multi-query), QK-norm
+Variants: grouped-query attention (``kv_heads`` < ``n_heads``; ``kv_heads=1`` is multi-query), QK-norm
 (RMSNorm over the head dimension of q and k), a sliding window (``window``), and attention-side positions
 (``positions``: RoPE rotates q and k, ALiBi adds a bias to the scores). All of them stay on the fused path: GQA
 through SDPA's ``enable_gqa``, the window as a boolean mask and a position bias as a float mask passed to SDPA.
@@ -49,7 +49,7 @@ class KVCache:
         self.window = window if window is not None and window < max_len else None
         shape = (batch, n_heads, max_len if self.window is None else self.window, head_dim)
         # empty, not zeros: only the first `length` positions are ever read, so zero-filling max_len positions
-        # per layer at every prefill was pure memory traffic (the fill_ in the generation profile)
+        # per layer at every prefill would be pure memory traffic (the fill_ it costs shows in the generation profile)
         self.k = torch.empty(shape, dtype=dtype, device=device)
         self.v = torch.empty(shape, dtype=dtype, device=device)
         self.length = 0
@@ -113,7 +113,7 @@ class KVCache:
     def reorder(self, index: Tensor) -> None:
         """Select batch rows (beam search: keep the surviving hypotheses' histories).
 
-        Only the filled positions are copied (a beam step used to copy all ``max_len`` of them per layer), into a
+        Only the filled positions are copied (not all ``max_len`` of them per layer), into a
         second buffer kept from the previous reorder: a fresh multi-MB buffer per layer per step cost more in page
         faults than the copy itself (beam search, bench P6). Views of the cache taken before a reorder are
         therefore overwritten by the one after.
@@ -170,7 +170,7 @@ class MultiHeadAttention(nn.Module):
         window: sliding-window attention: causal, query i sees keys j with i - W < j <= i; non-causal
             |i - j| < W. Self-attention only. A windowed layer's :meth:`new_cache` keeps W positions.
         positions: an :class:`~attnlab.modules.positional.AttentionPositions` (RoPE, ALiBi), self-attention only.
-        rotary: the older name of ``positions``.
+        rotary: another name of ``positions`` (give one of the two).
     """
 
     def __init__(
@@ -201,7 +201,7 @@ class MultiHeadAttention(nn.Module):
             raise ConfigError(f"attn.window={window} applies to self-attention only; cross-attention sees the whole "
                               f"source (build cross-attention with window=None)")
         if positions is not None and rotary is not None and positions is not rotary:
-            raise ValueError("give positions= or its older name rotary=, not both")
+            raise ValueError("give positions= or its other name rotary=, not both")
         positions = positions if positions is not None else rotary
         if getattr(positions, "n_heads", n_heads) != n_heads:
             raise ValueError(f"{type(positions).__name__} was built for {positions.n_heads} heads, "
@@ -212,8 +212,8 @@ class MultiHeadAttention(nn.Module):
         self.kv_heads, self.window = kv_heads, window
         kv_width = kv_heads * self.head_dim
         self.is_cross = kv_dim is not None
-        # With kv_heads == n_heads these are the same layers (names, shapes, q|k|v order) as before GQA existed,
-        # so older checkpoints load unchanged.
+        # With kv_heads == n_heads these are plain multi-head attention's layers (names, shapes, q|k|v order): the
+        # state-dict layout that every saved checkpoint of a multi-head model holds.
         if self.is_cross:
             self.q_proj = nn.Linear(d_model, d_model, bias=bias)
             self.kv_proj = nn.Linear(kv_dim, 2 * kv_width, bias=bias)
@@ -232,7 +232,7 @@ class MultiHeadAttention(nn.Module):
 
     @property
     def rotary(self) -> AttentionPositions | None:
-        """The older name of ``positions``."""
+        """Another name of ``positions``."""
         return self.positions
 
     def new_cache(self, batch: int, max_len: int, *, dtype=None, device=None) -> KVCache:

@@ -12,9 +12,9 @@ more YAML file, no code. The activation is built by each feed-forward (each laye
 so that parameter counts compare (claim E10 is about quality at equal size).
 
 Biases: by default the plain units have them (the Transformer's FFN) and the gated ones do not (LLaMA's and PaLM's
-SwiGLU, Shazeer's GLU variants); ``bias`` overrides either (``ffn.bias=true``). Gated units had biases before
-issue 15; their checkpoints still build biased ones, because every conf/ffn YAML has always written ``bias`` into
-the config a checkpoint stores (and :mod:`attnlab.checkpoint_upgrade` gives the older spec form ``bias=True``).
+SwiGLU, Shazeer's GLU variants); ``bias`` overrides either (``ffn.bias=true``). Every conf/ffn YAML writes
+``bias`` into the config a checkpoint stores, so a saved net is rebuilt with the biases it was trained with whatever
+the default (:mod:`attnlab.checkpoint_upgrade` gives a plain spec, which has no ``bias`` key, ``bias=True``).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class FeedForward(nn.Module):
         if bias is None:  # the references' choice: biases in the plain FFN, none in the GLU family
             bias = not gated
         hidden = ffn_hidden_dim(dim, hidden_mult, multiple_of, gated)
-        # registration order up, down, activation, gate: the state-dict and optimizer order of earlier checkpoints
+        # registration order up, down, activation, gate: the state-dict and optimizer order saved checkpoints rely on
         self.up_proj, self.down_proj = nn.Linear(dim, hidden, bias=bias), nn.Linear(hidden, dim, bias=bias)
         self.activation = activation()
         self.gate_proj = nn.Linear(dim, hidden, bias=bias) if gated else None

@@ -96,7 +96,7 @@ class SinusoidalPositions(_TablePositions):
 
     With ``grid=(rows, cols)``: the 2-D table of the ViT (rows in the first half of the channels, columns in the
     second), preceded by ``max_len - rows·cols`` zero rows for the tokens before the patches (class token).
-    ``SinusoidalPositions(max_len, dim)`` (the older call form) is the 1-D table.
+    ``SinusoidalPositions(max_len, dim)`` (no grid) is the 1-D table.
     """
 
     def __init__(self, max_len: int, d_model: int, n_heads: int | None = None, *,

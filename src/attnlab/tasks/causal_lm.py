@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torchmetrics import MeanMetric
 
-from ..decoding import CausalLMStepper, DecodingOptions, generate
+from ..decoding import CausalLMStepper, SamplingOptions, generate
 from ..modules.loss import linear_cross_entropy
 from .base import Task
 from .protocols import StepOutput
@@ -60,16 +62,16 @@ class CausalLMTask(TextTask, Task):
         self.log("test/ppl", torch.exp(self.test_nll.compute()), sync_dist=True)
 
     @torch.no_grad()
-    def sample(self, prefix: Tensor, options: DecodingOptions | dict, use_cache: bool = True, *,
+    def sample(self, prefix: Tensor, options: SamplingOptions | Mapping, use_cache: bool = True, *,
                generator: torch.Generator | None = None, vocab_size: int | None = None) -> Tensor:
-        """prefix (B, T) -> (B, T + ``options.max_new_tokens``), sampled with the options' temperature, top-k and
-        top-p (``options``: a :class:`DecodingOptions`, or the fields of one)."""
-        options = options if isinstance(options, DecodingOptions) else DecodingOptions(**options)
+        """prefix (B, T) -> (B, T + at most ``options.max_new_tokens``), sampled with the options' temperature, top-k
+        and top-p (``options``: a :class:`SamplingOptions`, or the fields of one for a caller below the decoding
+        layer, such as :func:`attnlab.analysis.lm_probes.greedy`)."""
+        options = options if isinstance(options, SamplingOptions) else SamplingOptions(**options)
         was_training = self.net.training
         self.net.eval()
         try:
-            return generate(CausalLMStepper(self.net, use_cache), prefix, options.max_new_tokens,
-                            temperature=options.temperature, top_k=options.top_k, top_p=options.top_p,
-                            generator=generator, vocab_size=vocab_size)
+            return generate(CausalLMStepper(self.net, use_cache), prefix, options, generator=generator,
+                            vocab_size=vocab_size)
         finally:
             self.net.train(was_training)
