@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab.decoding import CausalLMStepper, generate
+from attnlab.decoding import CausalLMStepper, SamplingOptions, generate
 
 from .common import Table, alternate, hf_available, median, spread
 from .models import ISSUE_SHAPE, hf_gpt2, ours
@@ -98,10 +98,11 @@ def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
                                                       "best possible ours/HF (floor/HF)", "ours / floor", "target",
                                                       "spread ours/HF/floors"])
     floors = []
+    greedy = SamplingOptions(max_new_tokens=new, temperature=0)
     for batch in (1, 8):
         g = torch.Generator().manual_seed(batch)
         ids = torch.randint(0, shape.vocab, (batch, PROMPT), generator=g)
-        sides = {"ours": lambda: generate(CausalLMStepper(m, True), ids, new, temperature=0)}
+        sides = {"ours": lambda: generate(CausalLMStepper(m, True), ids, greedy)}
         if h is not None:
             mask = torch.ones_like(ids)
             sides["hf"] = lambda: h.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False,
@@ -115,7 +116,7 @@ def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
         nocache, ratio_nc = "not run (minutes)", ""
         if batch == 1:
             t2 = alternate({"cache": sides["ours"],
-                            "nocache": lambda: generate(CausalLMStepper(m, False), ids, new, temperature=0)},
+                            "nocache": lambda: generate(CausalLMStepper(m, False), ids, greedy)},
                            repeats=1, warmup=0)
             nc = batch * new / median(t2["nocache"])
             nocache, ratio_nc = nc, f"{batch * new / median(t2['cache']) / nc:.1f}×"

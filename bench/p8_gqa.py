@@ -15,7 +15,7 @@ import functools
 
 import torch
 
-from attnlab.decoding import CausalLMStepper, generate
+from attnlab.decoding import CausalLMStepper, SamplingOptions, generate
 from attnlab.models.causal_lm import CausalLM
 from attnlab.modules.attention import MultiHeadAttention
 
@@ -51,7 +51,8 @@ def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
         ids = torch.randint(0, shape.vocab, (batch, PROMPT), generator=g)
         cache_bytes = {name: sum(c.nbytes for c in m.new_caches(batch, positions)) for name, m in models.items()}
         # a fresh stepper per call: CausalLMStepper keeps its state, so bind the model, not one stepper
-        sides = {name: (lambda m=m: generate(CausalLMStepper(m, True), ids, new, temperature=0))
+        greedy = SamplingOptions(max_new_tokens=new, temperature=0)
+        sides = {name: (lambda m=m: generate(CausalLMStepper(m, True), ids, greedy))
                  for name, m in models.items()}
         t = alternate(sides, repeats=repeats)
         tps = {name: batch * new / median(v) for name, v in t.items()}
