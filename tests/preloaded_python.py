@@ -11,8 +11,9 @@ interpreter.
 ``run(args, **kwargs)`` takes ``subprocess.run``'s arguments and falls back to a real ``subprocess.run`` for anything
 a preloaded interpreter cannot reproduce: a command that is not ``python <script.py>`` / ``python -m <module>``,
 interpreter flags, an environment that differs from the server's in a variable read at interpreter or library start
-(``PYTHONPATH``, ``LD_*``, ``OMP_*``, ...), uncaptured output, or a server that failed to start.
-``ATTNLAB_TEST_FRESH_PROCESSES=1`` makes every command a real new interpreter (CI can run the suite both ways).
+(``PYTHON*``, ``LD_*``, ``OMP_*``, ...; PYTHONPATH is redone in the child unless a folder it adds holds a
+``sitecustomize``), uncaptured output, a command already running on this worker, or a server that failed to start.
+``ATTNLAB_TEST_FRESH_PROCESSES=1`` makes every command a real new interpreter (the suite can run both ways).
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ PRELOAD = ("numpy", "torch", "lightning", "lightning.pytorch", "torchmetrics", "
            "lightning.pytorch.loggers.wandb", "tokenizers", "matplotlib", "matplotlib.figure", "rich", "sacrebleu",
            "sklearn.datasets", "scipy.signal", "yaml", "PIL.Image")
 # environment variables read when an interpreter or a native library starts: a command that sets one differently
-# from the server gets a real new interpreter
-# (PYTHONPATH is redone in the child, unless a folder it adds holds a sitecustomize, which only a start runs)
+# from the server gets a real new interpreter (PYTHONPATH aside: see _python_path)
 STARTUP_ENV = re.compile(r"^(PYTHON(?!UNBUFFERED$|PATH$)|LD_|OMP_|MKL_|KMP_|GOMP_|OPENBLAS|MALLOC|TORCH|PYTORCH|CUDA|MPL)")
 
 
@@ -63,9 +63,20 @@ def _serve(path: str) -> dict:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(4)
+    listener.settimeout(5)
+    parent = os.getppid()
     print("ready", flush=True)
     while True:
-        conn, _ = listener.accept()
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            if os.getppid() != parent:  # the test process is gone (killed): so is the reason to serve
+                import shutil
+
+                shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+                os._exit(0)
+            continue
+        conn.settimeout(None)
         with conn:
             request = json.loads(conn.makefile("r").readline())
             pid = os.fork()
@@ -206,11 +217,18 @@ class _Server:
         self.proc = subprocess.Popen([sys.executable, __file__, self.path], env=self.env, cwd=self.cwd,
                                      stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        atexit.register(self.proc.kill)
+        atexit.register(self.stop, folder)
         if self.proc.stdout.readline().strip() != "ready":
             self.failed = True
             self.proc.kill()
         return not self.failed
+
+    def stop(self, folder: str) -> None:
+        import shutil
+
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(folder, ignore_errors=True)
 
     def serves(self, args, env: dict[str, str], cwd: str) -> bool:
         if not (len(args) >= 2 and args[0] == sys.executable and (args[1].endswith(".py") or args[1] == "-m")):

@@ -55,6 +55,8 @@ def probe(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server_env() -> dict[str, str]:
     """The environment the preloaded interpreter started with (a command's env may differ in what it reads late)."""
+    if os.environ.get("ATTNLAB_TEST_FRESH_PROCESSES") == "1":
+        pytest.skip("ATTNLAB_TEST_FRESH_PROCESSES=1: every command is a new interpreter")
     assert preloaded_python._SERVER.start(), "the preloaded interpreter did not start"
     return preloaded_python._SERVER.env
 
