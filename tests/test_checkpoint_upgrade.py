@@ -1,4 +1,4 @@
-"""Checkpoints written before parts-from-config and the one naming scheme (issue 13) still load, through the entry
+"""Checkpoints written before parts-from-config and the one naming scheme still load, through the entry
 points people run, and a run resumes from one (weights and optimizer state).
 
 ``tests/fixtures/legacy_{lm_parts,mt_copy,nat,vit,cls,tts}.ckpt`` were written by train.py at be874d7, the commit
@@ -84,7 +84,7 @@ def test_swiglu_checkpoints_from_before_bias_free_load_with_their_biases(tmp_pat
 
 
 def test_a_tts_checkpoint_from_before_text_eos_reads_its_text_without_eos():
-    """text_eos (issue 15) is on by default; a net config without it was trained without <eos> and keeps that."""
+    """text_eos is on by default; a net config without it was trained without <eos> and keeps that."""
     task = load_task(LEGACY["tts"], Task, "attnlab")[0]
     assert task.net.text_eos is False and task.net.max_chars == task.net.max_text_len
     text = torch.tensor([[5, 6, 7, 8]])

@@ -128,7 +128,7 @@ def test_generate_cli_not_a_language_model_checkpoint(cache_dir, tmp_path):
 
 
 def test_generate_cli_refuses_bad_options_in_one_line(trained_ckpt, cache_dir, tmp_path):
-    """top_p=0 used to mean "no filter" silently, num_samples=0 an IndexError: now each bad value is one line
+    """top_p=0 (which could be read as "no filter"), num_samples=0 and the other bad values: each is one line
     naming key, value and what is allowed (once through the CLI; every rule on the composed config)."""
     proc = run_generate(f"ckpt={trained_ckpt}", "top_p=0", f"hydra.run.dir={tmp_path / 'gen'}", cache_dir=cache_dir)
     _one_line_error(proc, "top_p=0 is not allowed: a number in (0, 1], or 1 / null for no nucleus filter")

@@ -78,7 +78,7 @@ def test_bad_options_are_one_line(tmp_path, cache_dir):
                         (["max_len_b=-1"], ["max_len_b=-1", ">= 0"]),
                         (["on_too_long=drop"], ["on_too_long='drop'", "skip", "truncate", "error"]),
                         (["input_errors=ignore"], ["input_errors='ignore'", "strict or replace"]),
-                        # checked before the model runs: a bad output= used to be a traceback after translating
+                        # checked before the model runs: a bad output= is refused before anything is translated
                         ([f"output={tmp_path}"], [f"output={tmp_path} is a folder"]),
                         ([f"output={__file__}/out.txt"], [f"{__file__} is a file, not a folder"])]:
         with pytest.raises(OptionError) as e:

@@ -152,10 +152,10 @@ def test_the_lm_reads_a_text_column_as_it_reads_the_same_text_file(files, tmp_pa
 
 
 def test_rows_of_the_wrong_type_and_unreadable_files_are_one_line(tmp_path, capfd):
-    """A null {language: text} row, a number or a list as a sentence: one line naming the row (they were
-    AttributeError tracebacks). A text column of nulls only: one line naming the dataset (it used to be "text file
-    is empty" naming the cache's export, which was kept). A parquet file of no rows: datasets' own ERROR line no
-    longer precedes ours; ours names the file and its cause."""
+    """A null {language: text} row, a number or a list as a sentence: one line naming the row, no AttributeError
+    traceback. A text column of nulls only: one line naming the dataset (not "text file is empty" naming the
+    cache's export). A parquet file of no rows: one line naming the file and its cause, with
+    no ERROR line of datasets' own before it."""
     from attnlab.data.hf_source import text_column_file
 
     (tmp_path / "null.jsonl").write_text('{"translation": {"en": "one", "fr": "un"}}\n{"translation": null}\n')

@@ -284,8 +284,8 @@ def test_a_glob_does_not_follow_symlinked_folders_and_reads_a_file_once(tmp_path
 @pytest.mark.parametrize("manifest", ["[]", '"x"', '{"complete": true}',
                                       '{"complete": true, "dtype": "uint16", "shards": [{"file": "shard-00000.bin"}]}'])
 def test_a_manifest_of_the_wrong_shape_is_rebuilt(tmp_path, manifest):
-    """Valid JSON that is not a manifest (a crash in another tool, an edit by hand) used to be a traceback
-    (AttributeError, KeyError); it is treated like a missing one: the shards are built again, the same tokens."""
+    """Valid JSON that is not a manifest (a crash in another tool, an edit by hand) is treated like a missing one,
+    not a traceback (AttributeError, KeyError): the shards are built again, the same tokens."""
     p = tmp_path / "t.txt"
     p.write_text(sample_text(3_000))
     sources = [TextSource.from_file(p)]

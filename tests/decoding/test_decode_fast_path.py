@@ -1,4 +1,4 @@
-"""The decoding fast path (issue 15 part 5) computes what the plain forward computes: double-buffered KV-cache reorders,
+"""The decoding fast path computes what the plain forward computes: double-buffered KV-cache reorders,
 and translation beams that keep their source's cross-attention keys/values without copying them."""
 
 from __future__ import annotations

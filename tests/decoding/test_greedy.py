@@ -2,7 +2,7 @@
 
 A beam of one *without* early stopping (what translation's beam search uses for beam > 1) may keep searching after
 its first finished hypothesis and end on another one; on random peaked scorers that happens in a few rows, which is
-why beam 1 takes the greedy loop (issue 15)."""
+why beam 1 takes the greedy loop."""
 
 from __future__ import annotations
 

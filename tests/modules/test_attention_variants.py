@@ -1,4 +1,4 @@
-"""Attention variants of issue 13: grouped-query / multi-query attention, QK-norm, sliding window, ALiBi and RoPE
+"""Attention variants: grouped-query / multi-query attention, QK-norm, sliding window, ALiBi and RoPE
 through ``positions=``; the KV cache of each; that training stays on SDPA; the refusals."""
 
 from __future__ import annotations
