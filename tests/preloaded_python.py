@@ -65,7 +65,8 @@ def _serve(path: str) -> dict:
     listener.listen(4)
     listener.settimeout(5)
     parent = os.getppid()
-    print("ready", flush=True)
+    # what preloading left in the start-up variables (sklearn's import sets KMP_DUPLICATE_LIB_OK, with setdefault)
+    print("ready", json.dumps(_startup_env(dict(os.environ))), flush=True)
     while True:
         try:
             conn, _ = listener.accept()
@@ -203,6 +204,7 @@ class _Server:
         self.path: str | None = None
         self.proc: subprocess.Popen | None = None
         self.env: dict[str, str] = {}
+        self.preloaded_env: dict[str, str] = {}  # the start-up variables after preloading (see serves)
         self.cwd = os.getcwd()
         self.served = 0  # commands run through the server (the tests of this module check it is used)
         self.failed = os.environ.get("ATTNLAB_TEST_FRESH_PROCESSES") == "1"
@@ -218,9 +220,12 @@ class _Server:
                                      stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         atexit.register(self.stop, folder)
-        if self.proc.stdout.readline().strip() != "ready":
+        word, _, loaded = self.proc.stdout.readline().partition(" ")
+        if word != "ready":
             self.failed = True
             self.proc.kill()
+        else:
+            self.preloaded_env = json.loads(loaded)
         return not self.failed
 
     def stop(self, folder: str) -> None:
@@ -236,7 +241,13 @@ class _Server:
         if not self.start():
             return False
         added = set(_python_path(env, cwd)) - set(_python_path(self.env, self.cwd))
-        return _startup_env(env) == _startup_env(self.env) and not any(_runs_at_start(f) for f in added)
+        # the variables the server started with, each the same; and any other only as the server's preloading set
+        # it (torch, sklearn and threadpoolctl set some at import, with setdefault; so does this process when a
+        # test imports them)
+        started, startup = _startup_env(self.env), _startup_env(env)
+        same = all(startup.get(k) == v for k, v in started.items()) and all(
+            self.preloaded_env.get(k) == v for k, v in startup.items() if k not in started)
+        return same and not any(_runs_at_start(f) for f in added)
 
     def run(self, argv: list[str], cwd: str, env: dict[str, str], stdin: str, stdout: str, stderr: str,
             timeout: float | None) -> tuple[int, bool]:

@@ -91,6 +91,20 @@ def test_a_module_run_with_dash_m_is_the_same(server_env):
     assert runs["forked"].stdout == runs["fresh"].stdout
 
 
+@pytest.mark.parametrize("value,forks", [("True", True), ("FALSE", False)])
+def test_a_start_up_variable_a_preloaded_library_sets_keeps_commands_forked(probe, server_env, value, forks):
+    """sklearn's import sets KMP_DUPLICATE_LIB_OK=True (setdefault) in the server, and in this process once a test
+    imports it: a command with that environment still forks; one with another value gets a new interpreter."""
+    import sklearn  # noqa: F401  (as a test importing it does)
+
+    env = {**os.environ, "KMP_DUPLICATE_LIB_OK": value, "PYTHONPATH": os.pathsep.join(["lib", *_path(server_env)])}
+    before = preloaded_python._SERVER.served
+    out = run_python([sys.executable, "probe.py", "ok", "x"], cwd=probe, env=env, capture_output=True, text=True,
+                     timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert preloaded_python._SERVER.served == before + forks
+
+
 def test_a_timeout_kills_the_command(probe, server_env):
     env = {**server_env, "PYTHONPATH": os.pathsep.join(["lib", *_path(server_env)])}
     started = time.monotonic()
