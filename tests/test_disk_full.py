@@ -31,6 +31,7 @@ WRITERS = {
     "job_status_json": ("job_status.json", 0, []),
     "csv_log": ("metrics.csv", 0, []),  # Lightning's CSV logger (not ours: appended to, not renamed)
     "explorer_html": ("explorer.html", 1, ["callbacks.attention_maps.health=false"]),  # epoch 1's page: epoch 0's
+    "train_log": ("train.log", 0, []),  # Python logging's file, its first line (before training starts)
 }
 SLOW = {"cache_shards", "job_status_json", "csv_log", "explorer_html", "metrics_json"}  # the same writers' code as
 # "cache" and "checkpoint" (atomic temp-and-rename writes)
@@ -54,6 +55,11 @@ def test_a_disk_full_in_any_writer_is_one_line_and_loses_nothing(writer, tmp_pat
     written = list(Path(cache).rglob("*") if writer.startswith("cache") else run.rglob("*"))
     assert not [p for p in written if p.name.endswith(".tmp")], written  # no temporary file or folder stays
     failed = Path(line.split("cannot write ")[1].split(" (needs")[0])
+    assert "Logging error" not in out.stdout, out.stdout[-3000:]  # not logging's own report of a failed write
+    if writer == "train_log":  # stopped at the first batch: no epoch ended, nothing else was written
+        assert (run / "train.log").is_file() and not (run / "checkpoints" / "last.ckpt").exists()
+        assert not (run / "metrics.json").exists()
+        return
     if writer == "csv_log":  # a logger's file, appended to: only the one line is promised
         return
     if skip:  # the previous complete file is still there under its name

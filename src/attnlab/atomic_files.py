@@ -44,9 +44,11 @@ def _free(folder: Path) -> int | None:
     return None
 
 
-def disk_full(error: BaseException, path: str | Path, needed: int | None = None) -> DiskFullError | None:
+def disk_full(error: BaseException, path: str | Path, needed: int | None = None,
+              appended: bool = False) -> DiskFullError | None:
     """The one-line DiskFullError for ``error``, raised while writing ``path`` (``needed``: its size in bytes, if
-    known; a folder: a file under it), if the disk was full; None for any other failure."""
+    known; a folder: a file under it; ``appended``: a file written line by line, not through a temporary file),
+    if the disk was full; None for any other failure."""
     path = Path(path)
     free = _free(path if path.is_dir() else path.parent)
     seen, e, full = set(), error, False
@@ -58,9 +60,10 @@ def disk_full(error: BaseException, path: str | Path, needed: int | None = None)
         return None
     need = f"needs {_size(needed)}" if needed is not None else "needs more space"
     where = f"{_size(free)} free there" if free is not None else "free space unknown"
-    return DiskFullError(f"disk full: cannot write {path} ({need}, {where}); the files already there are kept (it "
-                         f"was written to a temporary file); free some space, or write elsewhere (paths.cache_dir, "
-                         f"hydra.run.dir)")
+    kept = "what it holds is kept (its last line may be cut)" if appended else \
+        "the files already there are kept (it was written to a temporary file)"
+    return DiskFullError(f"disk full: cannot write {path} ({need}, {where}); {kept}; free some space, or write "
+                         f"elsewhere (paths.cache_dir, hydra.run.dir)")
 
 
 @contextmanager

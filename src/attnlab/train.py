@@ -23,6 +23,7 @@ from . import ddp, resume, run_folder
 from .allowed_targets import check_targets
 from .atomic_files import disk_full, write_atomic
 from .errors import CheckpointWriteError, ConfigError, NonFiniteLossError, find_user_error, one_line_message
+from .log_file import raise_if_failed
 from .paths import CONF_DIR
 from .quoting import shell_override
 from .utils.hardware import slow_bf16_warning
@@ -166,6 +167,9 @@ def run(cfg: DictConfig, resolved: dict | None = None) -> dict[str, float]:
     loggers = instantiate_all(cfg.get("logger"))
     callbacks = drop_callbacks_needing_a_logger(callbacks, loggers)
     callbacks = with_run_checkpointing(cfg, callbacks)
+    from .callbacks.run_log import RunLogCheck
+
+    callbacks.append(RunLogCheck())  # a full disk under train.log stops the run at the next batch, in one line
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
     for lg in loggers:
@@ -309,6 +313,7 @@ def _remove_half_written(ckpt_dir: Path) -> None:
 def train_job(cfg: DictConfig, hc) -> float | None:
     # bad values (n_heads=0, seed=-1, task_name=nan, an unset ${oc.env:...}, +attn.foo=1, a model too big to fit):
     # one line naming the key, before anything is built or Lightning imported; the folder is then discarded
+    raise_if_failed()  # Hydra's first lines into train.log found the disk full
     resolved = validate_config(cfg, hc.overrides.task)  # the whole config, resolved once
     check_block_groups(cfg, hc.overrides.task, resolved["model"].get("net"))
     check_targets(cfg.model, "model")  # the classes its checkpoint will name: ones every loader accepts
@@ -338,6 +343,7 @@ def train_job(cfg: DictConfig, hc) -> float | None:
     metrics = run(cfg, resolved)
     if _rank_zero():
         write_metrics(Path(hc.runtime.output_dir), metrics)
+    raise_if_failed()  # the run is done and its results written; its log is not complete
     name = cfg.get("optimized_metric")
     if name and name in metrics:
         log.info(f"{name} = {metrics[name]:.4f}")
