@@ -19,6 +19,19 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+# Tests measured at 15 s or more (2 AVX2-only cores): collected first, so that under xdist the last tests to run
+# are short ones and neither worker idles through another's long tail. Only the order changes.
+LONG_FIRST = ("tests/claims/test_framework.py::test_quick_claim_end_to_end", "tests/test_wheel_install.py",
+              "tests/test_offline.py", "tests/test_notebooks.py", "tests/test_preloaded_python.py",
+              "tests/test_resume_anywhere.py", "tests/test_bad_inputs.py::test_every_generated_bad_value",
+              "tests/callbacks/test_preemption.py", "tests/test_ddp_equivalence.py", "tests/test_compare.py",
+              "tests/models/test_transformer_nat.py", "tests/callbacks/test_nonfinite.py", "tests/test_run_lock.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))  # (a stable sort)
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> str:
     """One data/tokenizer cache for the whole session (tokenizers take a second or two to train)."""

@@ -12,7 +12,7 @@ interpreter.
 a preloaded interpreter cannot reproduce: a command that is not ``python <script.py>`` / ``python -m <module>``,
 interpreter flags, an environment that differs from the server's in a variable read at interpreter or library start
 (``PYTHON*``, ``LD_*``, ``OMP_*``, ...; PYTHONPATH is redone in the child unless a folder it adds holds a
-``sitecustomize``), uncaptured output, a command already running on this worker, or a server that failed to start.
+``sitecustomize`` not marked fork-safe, see FORK_SAFE), uncaptured output, a command already running on this worker, or a server that failed to start.
 ``ATTNLAB_TEST_FRESH_PROCESSES=1`` makes every command a real new interpreter (the suite can run both ways).
 """
 
@@ -51,9 +51,24 @@ def _python_path(env: dict[str, str], cwd: str) -> list[str]:
     return [os.path.abspath(os.path.join(cwd, entry)) for entry in value.split(os.pathsep)] if value else []
 
 
+# A test's sitecustomize that only patches names looked up at call time (the disk-full injector replaces
+# builtins.open and io.open) may be imported by the forked child instead, before the script runs: it says so with this
+# line. Any other start-up module gets a new interpreter.
+FORK_SAFE = "# preloaded_python: fork-safe"
+
+
 def _runs_at_start(folder: str) -> bool:
     return any(os.path.exists(os.path.join(folder, name))
-               for name in ("sitecustomize.py", "sitecustomize", "usercustomize.py"))
+               for name in ("sitecustomize.py", "sitecustomize", "usercustomize.py")) and not _fork_safe(folder)
+
+
+def _fork_safe(folder: str) -> bool:
+    path = os.path.join(folder, "sitecustomize.py")
+    if not os.path.isfile(path) or any(os.path.exists(os.path.join(folder, n)) for n in ("sitecustomize",
+                                                                                        "usercustomize.py")):
+        return False
+    with open(path) as f:
+        return FORK_SAFE in f.read().splitlines()
 
 
 # --------------------------------------------------------------------------------------------------------- server
@@ -135,6 +150,9 @@ def _become(request: dict, shared_folders: list[tempfile.TemporaryDirectory]) ->
     argv = request["argv"]
     code = 0
     try:
+        for folder in set(_python_path(request["env"], request["cwd"])) - started:
+            if _fork_safe(folder):  # what a new interpreter's site module would have imported first
+                runpy.run_path(os.path.join(folder, "sitecustomize.py"), run_name="sitecustomize")
         if argv[0] == "-m":
             sys.path[0] = os.getcwd()
             sys.argv = [argv[1], *argv[2:]]  # runpy puts the module's file in argv[0]
@@ -179,12 +197,19 @@ def _finish(code: int) -> None:
 
 def _server_main(path: str) -> None:
     import importlib
+    import logging
 
+    # Lightning and torchmetrics give their loggers a console handler of their own (and stop propagation) when they
+    # are imported before the root logger has a handler. The entry points import them only after Hydra configured
+    # logging (Lightning is imported lazily), so their lines reach the run's train.log: preload them that way too.
+    placeholder = logging.NullHandler()
+    logging.getLogger().addHandler(placeholder)
     for name in PRELOAD:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - optional: the command imports it itself
             pass
+    logging.getLogger().removeHandler(placeholder)
     if threading.active_count() != 1:  # forking a process with threads can deadlock the child
         print(f"not ready: {threading.active_count()} threads after preloading", flush=True)
         return

@@ -105,6 +105,26 @@ def test_a_start_up_variable_a_preloaded_library_sets_keeps_commands_forked(prob
     assert preloaded_python._SERVER.served == before + forks
 
 
+@pytest.mark.parametrize("marked", [True, False], ids=["fork-safe", "unmarked"])
+def test_a_sitecustomize_on_pythonpath_runs_before_the_script(tmp_path, server_env, marked):
+    """A fork-safe sitecustomize (the disk-full injector's kind) is imported by the forked child before the script,
+    as a new interpreter's site module imports it; an unmarked one gets a new interpreter. Either way the script
+    sees what it set up."""
+    site = tmp_path / "site"
+    site.mkdir()
+    mark = preloaded_python.FORK_SAFE + "\n" if marked else ""
+    (site / "sitecustomize.py").write_text(mark + "import builtins, os\nbuiltins.SITE_SAW = os.environ['PROBE_VALUE']\n")
+    (tmp_path / "script.py").write_text("import builtins\nprint('site saw', builtins.SITE_SAW)\n")
+    env = {**server_env, "PROBE_VALUE": "this command's", "PYTHONPATH": os.pathsep.join([str(site), *_path(server_env)])}
+    before = preloaded_python._SERVER.served
+    out = run_python([sys.executable, "script.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert preloaded_python._SERVER.served == before + marked
+    fresh = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert (out.returncode, out.stdout, out.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert out.stdout == "site saw this command's\n"
+
+
 def test_a_timeout_kills_the_command(probe, server_env):
     env = {**server_env, "PYTHONPATH": os.pathsep.join(["lib", *_path(server_env)])}
     started = time.monotonic()
@@ -115,7 +135,7 @@ def test_a_timeout_kills_the_command(probe, server_env):
 
 def test_a_training_run_writes_what_a_fresh_interpreter_writes(tmp_path, cache_dir, server_env):
     """train.py through both, deterministic: the same exit status, the same losses in metrics.json, the same
-    checkpoint files, the same keys in the offline W&B summary."""
+    checkpoint files, the same keys in the offline W&B summary, the same lines in train.log."""
     env = {**server_env, "ATTNLAB_CACHE": cache_dir}
     args = [sys.executable, "train.py", "model=causal_lm", "debug=fast", "trainer.deterministic=true"]
     forked = run_python([*args, f"hydra.run.dir={tmp_path / 'forked'}"], cwd=ROOT, env=env, capture_output=True,
@@ -131,6 +151,10 @@ def test_a_training_run_writes_what_a_fresh_interpreter_writes(tmp_path, cache_d
         results[name] = ({k: v for k, v in metrics.items() if "loss" in k or "ppl" in k}, sorted(metrics),
                          sorted(p.name for p in (run_dir / "checkpoints").iterdir()),
                          sorted(k for k in wandb_run.summary if not k.startswith("_")),
-                         json.dumps(wandb_run.config, sort_keys=True).replace(str(run_dir), "<run>"))
+                         json.dumps(wandb_run.config, sort_keys=True).replace(str(run_dir), "<run>"),
+                         # what reached train.log (Lightning's lines too), without the time stamps and the data
+                         # cache's lines (the first run fills it)
+                         [line.split("]", 1)[-1].replace(str(run_dir), "<run>")
+                          for line in (run_dir / "train.log").read_text().splitlines() if cache_dir not in line])
     assert results["forked"] == results["fresh"]
     assert results["fresh"][0]  # losses were compared

@@ -9,6 +9,9 @@ bytes went into it, which is what ``write(2)`` answers on a full disk. Python's 
 changes.
 """
 
+# preloaded_python: fork-safe
+# (it replaces builtins.open and io.open, which every writer looks up when it opens a file: a test command forked from
+# the preloaded interpreter imports this module before its script runs, as a new interpreter's site module would)
 from __future__ import annotations
 
 import builtins
