@@ -1,23 +1,29 @@
 """Property: a disk that fills up while a run writes any of its files is one line and exit 2, and loses nothing.
 
 For each writer of ``python train.py`` (the data cache: corpus export, tokenizer, token shards; a checkpoint; the
-run's JSON files; the attention explorer page) the disk fills up in the middle of that file, simulated at Python's
-file layer by ``tests/disk_full/sitecustomize.py`` (``OSError(ENOSPC)`` once a matching file got N bytes, as
-``write(2)`` answers on a full disk; no tmpfs can be mounted here). Each run must exit 2 with one line naming the file,
-the space it needed and the space free; no temporary file stays; the file under its final name is the previous
-complete one (``last.ckpt`` of the epoch before, the explorer page of the epoch before) or absent.
+run's JSON files; the attention explorer page; train.log) the disk fills up in the middle of that file, simulated
+at Python's file layer by ``tests/disk_full/sitecustomize.py`` (``OSError(ENOSPC)`` once a matching file got N
+bytes, as ``write(2)`` answers on a full disk); and once on a real full disk (a small tmpfs in a mount namespace).
+Each run must exit 2 with one line naming the file, the space it needed and the space free; no temporary file
+stays; the file under its final name is the previous complete one (``last.ckpt`` of the epoch before, the explorer
+page of the epoch before) or absent.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from cli_checks import TINY, one_error_line
 from helpers import run_cli
 
+from attnlab.paths import ROOT
 from attnlab.resume import check_intact
 
 FAULT = Path(__file__).resolve().parent / "disk_full"
@@ -75,3 +81,37 @@ def test_a_disk_full_in_any_writer_is_one_line_and_loses_nothing(writer, tmp_pat
             assert len(read_payload(failed)["epochs"]) == 1
     else:
         assert not failed.exists()  # never a partial file under the final name
+
+
+def _tmpfs_available() -> bool:
+    """A mount namespace of our own in which a size-limited tmpfs can be mounted (``unshare -m``)."""
+    if shutil.which("unshare") is None:
+        return False
+    probe = "d=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs \"$d\" && umount \"$d\"; s=$?; rmdir \"$d\"; exit $s"
+    return subprocess.run(["unshare", "-m", "sh", "-c", probe], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _tmpfs_available(), reason="no tmpfs can be mounted here (`unshare -m`)")
+def test_a_real_full_disk_under_the_run_folder_is_one_line_and_keeps_the_last_checkpoint(tmp_path, cache_dir):
+    """The same promise on a real full disk, not a simulated one: the run folder on a 700 kB tmpfs (in a mount
+    namespace of its own) holds epoch 0's files (a 405 kB checkpoint) and not epoch 1's checkpoint as well. The run
+    stops in one line with exit 2; last.ckpt is epoch 0's, intact; no temporary file stays. The folder is copied out
+    before the namespace (and its tmpfs) goes away."""
+    disk, kept = tmp_path / "disk", tmp_path / "kept"
+    disk.mkdir()
+    train = [sys.executable, "train.py", *EPOCHS, "trainer.max_epochs=2", f"hydra.run.dir={disk / 'run'}"]
+    script = (f"mount -t tmpfs -o size=700k tmpfs {shlex.quote(str(disk))} || exit 99; {shlex.join(train)}; "
+              f"rc=$?; cp -a {shlex.quote(str(disk / 'run'))} {shlex.quote(str(kept))}; exit $rc")
+    env = {**os.environ, "WANDB_SILENT": "true", "ATTNLAB_CACHE": cache_dir, "PYTHONUNBUFFERED": "1"}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    out = subprocess.run(["unshare", "-m", "sh", "-c", script], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert out.returncode == 2, out.stdout[-3000:]
+    line = one_error_line(out.stdout, "disk full: cannot write")
+    assert "last.ckpt" in line and "free there" in line, line
+    assert "Logging error" not in out.stdout
+    assert not [p for p in kept.rglob("*") if p.name.endswith(".tmp")]
+    check_intact(kept / "checkpoints" / "last.ckpt")
+    import torch
+
+    assert torch.load(kept / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")["global_step"] == 2

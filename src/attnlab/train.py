@@ -262,7 +262,7 @@ def _main(cfg: DictConfig) -> float | None:
     except Exception as e:
         # a bad input (config, data, checkpoint), or a full disk under a writer not ours (Lightning's CSV logger, W&B's
         # files): one line, no traceback
-        user_error = find_user_error(e) or disk_full(e, getattr(e, "filename", None) or job_dir)
+        user_error = find_user_error(e) or disk_full(e, getattr(e, "filename", None) or job_dir, appended=True)
         if user_error is not None and os.environ.get("HYDRA_FULL_ERROR") != "1":
             log.error(one_line_message(user_error))
             if in_sweep:
