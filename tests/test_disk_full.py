@@ -91,27 +91,43 @@ def _tmpfs_available() -> bool:
     return subprocess.run(["unshare", "-m", "sh", "-c", probe], capture_output=True).returncode == 0
 
 
+# where the small disk is mounted -> (its size, overrides, the file the one line names): the run folder holds epoch
+# 0's files (a 405 kB checkpoint) and not epoch 1's checkpoint as well; W&B's folder does not hold its debug.log
+REAL_DISKS = {
+    "run_folder": ("700k", ["hydra.run.dir={disk}/run"], "last.ckpt"),
+    "wandb_folder": ("4k", ["logger=wandb", "logger.wandb.save_dir={disk}"], "debug.log"),
+}
+
+
 @pytest.mark.skipif(not _tmpfs_available(), reason="no tmpfs can be mounted here (`unshare -m`)")
-def test_a_real_full_disk_under_the_run_folder_is_one_line_and_keeps_the_last_checkpoint(tmp_path, cache_dir):
-    """The same promise on a real full disk, not a simulated one: the run folder on a 700 kB tmpfs (in a mount
-    namespace of its own) holds epoch 0's files (a 405 kB checkpoint) and not epoch 1's checkpoint as well. The run
-    stops in one line with exit 2; last.ckpt is epoch 0's, intact; no temporary file stays. The folder is copied out
-    before the namespace (and its tmpfs) goes away."""
+@pytest.mark.parametrize("where", REAL_DISKS)
+def test_a_real_full_disk_is_one_line_and_keeps_the_last_checkpoint(where, tmp_path, cache_dir):
+    """The same promise on a real full disk, not a simulated one: a size-limited tmpfs mounted in a mount namespace
+    of its own, under the run folder or under W&B's folder (whose own debug.log handler would print logging's
+    traceback for every record). The run stops in one line naming the file, exit 2; last.ckpt, if written, is epoch
+    0's and intact; no temporary file stays. The folder is copied out before the namespace and its tmpfs go away."""
+    size, overrides, names = REAL_DISKS[where]
     disk, kept = tmp_path / "disk", tmp_path / "kept"
     disk.mkdir()
-    train = [sys.executable, "train.py", *EPOCHS, "trainer.max_epochs=2", f"hydra.run.dir={disk / 'run'}"]
-    script = (f"mount -t tmpfs -o size=700k tmpfs {shlex.quote(str(disk))} || exit 99; {shlex.join(train)}; "
-              f"rc=$?; cp -a {shlex.quote(str(disk / 'run'))} {shlex.quote(str(kept))}; exit $rc")
+    run = disk / "run" if where == "run_folder" else tmp_path / "run"
+    overrides = [o.format(disk=disk) for o in overrides]
+    train = [sys.executable, "train.py", *EPOCHS, "trainer.max_epochs=2", f"hydra.run.dir={run}", *overrides]
+    script = (f"mount -t tmpfs -o size={size} tmpfs {shlex.quote(str(disk))} || exit 99; {shlex.join(train)}; "
+              f"rc=$?; cp -a {shlex.quote(str(run))} {shlex.quote(str(kept))}; exit $rc")
     env = {**os.environ, "WANDB_SILENT": "true", "ATTNLAB_CACHE": cache_dir, "PYTHONUNBUFFERED": "1"}
     env.pop("PYTEST_XDIST_WORKER", None)
     out = subprocess.run(["unshare", "-m", "sh", "-c", script], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, timeout=300)
     assert out.returncode == 2, out.stdout[-3000:]
     line = one_error_line(out.stdout, "disk full: cannot write")
-    assert "last.ckpt" in line and "free there" in line, line
-    assert "Logging error" not in out.stdout
+    assert f"{names} (" in line and str(disk) in line and "free there" in line, line
+    assert "Logging error" not in out.stdout, out.stdout[-3000:]
     assert not [p for p in kept.rglob("*") if p.name.endswith(".tmp")]
-    check_intact(kept / "checkpoints" / "last.ckpt")
-    import torch
+    last = kept / "checkpoints" / "last.ckpt"
+    if where == "run_folder":
+        check_intact(last)
+        import torch
 
-    assert torch.load(kept / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")["global_step"] == 2
+        assert torch.load(last, weights_only=True, map_location="cpu")["global_step"] == 2
+    else:  # stopped at the first batch after W&B started: no epoch ended
+        assert not last.exists()

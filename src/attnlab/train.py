@@ -23,7 +23,7 @@ from . import ddp, resume, run_folder
 from .allowed_targets import check_targets
 from .atomic_files import disk_full, write_atomic
 from .errors import CheckpointWriteError, ConfigError, NonFiniteLossError, find_user_error, one_line_message
-from .log_file import raise_if_failed
+from .log_file import raise_if_failed, watch_file_handlers
 from .paths import CONF_DIR
 from .quoting import shell_override
 from .utils.hardware import slow_bf16_warning
@@ -172,6 +172,9 @@ def run(cfg: DictConfig, resolved: dict | None = None) -> dict[str, float]:
     callbacks.append(RunLogCheck())  # a full disk under train.log stops the run at the next batch, in one line
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
+    for lg in loggers:
+        lg.experiment  # noqa: B018 - starts W&B's run (wandb.init adds its debug.log handler)
+    watch_file_handlers()  # a full disk under W&B's folder: one line at the next batch, not a traceback per record
     for lg in loggers:
         lg.log_hyperparams(flatten(config))
 
