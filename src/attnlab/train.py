@@ -169,7 +169,7 @@ def run(cfg: DictConfig, resolved: dict | None = None) -> dict[str, float]:
     callbacks = with_run_checkpointing(cfg, callbacks)
     from .callbacks.run_log import RunLogCheck
 
-    callbacks.append(RunLogCheck())  # a full disk under train.log stops the run at the next batch, in one line
+    callbacks.append(RunLogCheck())  # a full disk under a log file (train.log, W&B's) stops the run at the next batch
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
     for lg in loggers:
