@@ -106,7 +106,7 @@ def test_a_real_full_disk_is_one_line_and_keeps_the_last_checkpoint(where, tmp_p
     of its own, under the run folder or under W&B's folder (whose own debug.log handler would print logging's
     traceback for every record). The run stops in one line naming the file, exit 2; last.ckpt, if written, is epoch
     0's and intact; no temporary file stays. The folder is copied out before the namespace and its tmpfs go away."""
-    size, overrides, names = REAL_DISKS[where]
+    size, overrides, named = REAL_DISKS[where]
     disk, kept = tmp_path / "disk", tmp_path / "kept"
     disk.mkdir()
     run = disk / "run" if where == "run_folder" else tmp_path / "run"
@@ -120,7 +120,7 @@ def test_a_real_full_disk_is_one_line_and_keeps_the_last_checkpoint(where, tmp_p
                          stderr=subprocess.STDOUT, text=True, timeout=300)
     assert out.returncode == 2, out.stdout[-3000:]
     line = one_error_line(out.stdout, "disk full: cannot write")
-    assert f"{names} (" in line and str(disk) in line and "free there" in line, line
+    assert f"{named} (" in line and str(disk) in line and "free there" in line, line
     assert "Logging error" not in out.stdout, out.stdout[-3000:]
     assert not [p for p in kept.rglob("*") if p.name.endswith(".tmp")]
     last = kept / "checkpoints" / "last.ckpt"
