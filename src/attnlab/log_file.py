@@ -17,9 +17,13 @@ from __future__ import annotations
 import logging
 import sys
 import types
+import weakref
 
 from .atomic_files import disk_full
 from .errors import DiskFullError
+
+# the handlers given the disk-full answer: raise_if_failed (after every batch) reads these, not every logger
+_WATCHED: weakref.WeakSet[logging.FileHandler] = weakref.WeakSet()
 
 
 def _handle_error(handler: logging.FileHandler, record: logging.LogRecord) -> None:
@@ -39,6 +43,10 @@ def _handle_error(handler: logging.FileHandler, record: logging.LogRecord) -> No
 
 class RunLogFile(logging.FileHandler):
     failure: DiskFullError | None = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _WATCHED.add(self)
 
     def emit(self, record: logging.LogRecord) -> None:
         if self.failure is None:
@@ -68,10 +76,15 @@ def watch_file_handlers() -> None:
 
         handler.emit = types.MethodType(emit, handler)
         handler.handleError = types.MethodType(_handle_error, handler)
+        _WATCHED.add(handler)
 
 
 def raise_if_failed() -> None:
-    """Raise the disk-full error of the first log file of this process that could not be written, if any."""
-    for handler in _file_handlers():
-        if getattr(handler, "failure", None) is not None:
-            raise handler.failure
+    """Raise the disk-full error of the first log file of this process that could not be written, if any (of a
+    handler still attached: an earlier sweep job's, since replaced, is not this job's)."""
+    failed = [h for h in _WATCHED if h.failure is not None]
+    if failed:
+        attached = set(_file_handlers())
+        for handler in failed:
+            if handler in attached:
+                raise handler.failure
