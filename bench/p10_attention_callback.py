@@ -107,10 +107,16 @@ def _tts_table(quick: bool, repeats: int, tmp: str) -> Table:
 def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
     import tempfile
 
+    repeats = repeats or (2 if quick else 5)
+    # the fits' and the callback's files (maps, explorer pages) only serve the timing: removed when it is done
+    with (tempfile.TemporaryDirectory(prefix="bench_p10_") as tmp,
+          tempfile.TemporaryDirectory(prefix="bench_p10_tts_") as tts_tmp):
+        return [_callback_table(quick, repeats, tmp), _tts_table(quick, repeats, tts_tmp)]
+
+
+def _callback_table(quick: bool, repeats: int, tmp: str) -> Table:
     from attnlab.callbacks.attention_maps import AttentionMapCallback
 
-    repeats = repeats or (2 if quick else 5)
-    tmp = tempfile.mkdtemp(prefix="bench_p10_")
     cfg = _compose(["debug=fast"] if quick else [], tmp)
     default_epochs = int(cfg.trainer.max_epochs)
     cb_cfg = cfg.callbacks.attention_maps
@@ -142,4 +148,4 @@ def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
     table.meta.update({"step_s": step, "steps_per_epoch": per_epoch})
     table.notes.append("The explorer is also logged to W&B once at the end of fit (one file); the PNG rows are what "
                        "the callback cost before the explorer and the health metrics were added.")
-    return [table, _tts_table(quick, repeats, tempfile.mkdtemp(prefix="bench_p10_tts_"))]
+    return table

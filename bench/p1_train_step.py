@@ -3,10 +3,11 @@ same LM: HF transformers GPT-2 (sdpa) and a stack of ``torch.nn.TransformerEncod
 ``bench.models.TorchLayersLM``), all three with the same parameter count.
 
 Each side takes its own idiomatic path: ours the project's training loss (``tasks.causal_lm.lm_loss``, the fused
-head + cross-entropy) and AdamW builder (``tasks.base.build_adamw``: fused); GPT-2 its own ``labels=`` loss and
-``torch.optim.AdamW(fused=True)`` (what HF's Trainer uses by default with recent torch); the torch-layers LM
-logits + ``F.cross_entropy`` and the same fused AdamW. The same token batch goes to all. MFU = tokens/s × training FLOPs per token (6·N + 6·d·V + 12·L·d·T, ``CausalLM.flops_per_token``, the
-same count for both models since they have the same shape) / a matmul peak measured here in the same dtype.
+head + cross-entropy) and the AdamW every task builds (``optim.build_optimizer``: fused); GPT-2 its own ``labels=``
+loss and ``torch.optim.AdamW(fused=True)`` (what HF's Trainer uses by default with recent torch); the torch-layers
+LM logits + ``F.cross_entropy`` and the same fused AdamW. The same token batch goes to all. MFU = tokens/s ×
+training FLOPs per token (6·N + 6·d·V + 12·L·d·T, ``CausalLM.flops_per_token``, the same count for both models
+since they have the same shape) / a matmul peak measured here in the same dtype.
 
 A third side, "before", is the project's model as it trained before this issue (the unfused head +
 ``F.cross_entropy`` + the old per-tensor for-loop AdamW), alternated in the same loop.
@@ -19,13 +20,15 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from attnlab.tasks.base import build_adamw
+from attnlab.optim import build_optimizer
 from attnlab.tasks.causal_lm import lm_loss
 
 from .common import Table, alternate, fast_bf16, hf_available, matmul_peak, median, spread
 from .models import ISSUE_SHAPE, hf_gpt2, ours, token_batch, torch_layers_lm
 
 OPT_CFG = {"lr": 3e-4, "betas": (0.9, 0.95), "weight_decay": 0.1, "eps": 1e-8}
+# ours: the same AdamW as a config names it (conf/optim/adamw.yaml), built the way every task builds its optimizer
+OURS_OPTIMIZER = {"_target_": "torch.optim.AdamW", **OPT_CFG}
 
 
 def _autocast(bf16: bool):
@@ -82,7 +85,7 @@ def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
          "matmul peak GFLOP/s", "ours before tok/s", "ratio ours/before", "spread ours/HF/torch/before"])
     main.notes.append("before = the project's model as it trained before issue 5 (logits + F.cross_entropy, "
                       "torch.optim.AdamW's default for-loop on CPU); ours = fused head + CE "
-                      "(modules/loss.py) and fused AdamW (tasks/base.build_adamw); torch layers = "
+                      "(modules/loss.py) and fused AdamW (optim.build_optimizer); torch layers = "
                       "nn.TransformerEncoderLayer(norm_first=True) × L with a causal mask, logits + F.cross_entropy, "
                       "fused AdamW (bench/models.TorchLayersLM). All sides alternate in one loop.")
     for precision, batch in configs(quick):
@@ -91,7 +94,7 @@ def run(quick: bool = False, repeats: int | None = None) -> list[Table]:
         ids, labels = token_batch(batch, seq, shape.vocab)
         m = ours(shape)
         fpt = m.flops_per_token(seq)
-        sides = {"ours": ours_step(m, build_adamw(m, OPT_CFG), ids, labels, bf16)}
+        sides = {"ours": ours_step(m, build_optimizer(m, OURS_OPTIMIZER), ids, labels, bf16)}
         if hf_available():
             h = hf_gpt2(shape)
             sides["hf"] = hf_step(h, torch.optim.AdamW(h.parameters(), fused=True, **OPT_CFG), ids, bf16)

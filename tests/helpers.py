@@ -6,6 +6,7 @@ import copy
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -38,6 +39,35 @@ def compose_train(overrides: list[str], output_dir: Path | str, cache_dir: str |
     return cfg
 
 
+def load_factor() -> float:
+    """How many times longer than on an idle machine a process may take to get going now: the 1-minute load average
+    per core, at least 1 (two cores at load 8: 4). The suite runs beside other jobs; a start-up measured idle is
+    that many times slower when every core is shared."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # no load average on this platform
+        return 1.0
+    return max(1.0, load / (os.cpu_count() or 1))
+
+
+class Deadline:
+    """A wait for a started process to reach a phase (training under way, its processes gone): ``seconds`` is what
+    it needs on an idle machine, stretched by :func:`load_factor`. The factor is read again at every check and
+    the largest kept: the 1-minute load average lags a suite that has just become busy."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.start = time.monotonic()
+        self.factor = load_factor()
+
+    def passed(self) -> bool:
+        self.factor = max(self.factor, load_factor())
+        return time.monotonic() - self.start > self.seconds * self.factor
+
+    def __str__(self) -> str:
+        return f"{self.seconds:g} s × load factor {self.factor:.1f}"
+
+
 def run_cli(args: list[str], cache_dir: str | None = None, timeout: int = 300,
             script: str = "train.py", env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run an entry point from the repository root as a user would; stdout and stderr captured together.
@@ -64,13 +94,14 @@ def exactly_equal(a, b) -> bool:
     return a == b
 
 
-def run_bench_quick(only: str) -> str:
+def run_bench_quick(only: str, cache_dir: str | None = None) -> str:
     """``python -m bench --quick --only <only>`` from the repository root, one thread, one repeat; its output
-    (the run must succeed)."""
+    (the run must succeed). ``cache_dir``: the data cache of the comparisons that train (ATTNLAB_CACHE)."""
     path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, **({"ATTNLAB_CACHE": cache_dir} if cache_dir else {})}
     out = run_python([sys.executable, "-m", "bench", "--quick", "--only", only, "--threads", "1", "--repeats", "1"],
-                         cwd=ROOT, env={**os.environ, "PYTHONPATH": path}, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, timeout=120)
+                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=120)
     assert out.returncode == 0, out.stdout
     return out.stdout
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from cli_checks import TINY, one_error_line, snapshot
-from helpers import run_cli
+from helpers import Deadline, run_cli
 
 from attnlab.paths import ROOT
 from preloaded_python import run as run_python
@@ -32,10 +32,11 @@ def test_second_run_in_the_same_folder_is_refused_and_a_dead_runs_lock_is_taken_
     first = _start([*TINY, "trainer.max_steps=100000", "trainer.max_epochs=100000", "trainer.limit_train_batches=2",
                     f"hydra.run.dir={run_dir}"], cache_dir, tmp_path / "first.out")
     try:
-        deadline = time.monotonic() + 120
+        deadline = Deadline(120)
         while not (run_dir / "checkpoints" / "last.ckpt").is_file():  # training has started
             assert first.poll() is None, (tmp_path / "first.out").read_text()[-3000:]
-            assert time.monotonic() < deadline, (tmp_path / "first.out").read_text()[-3000:]
+            assert not deadline.passed(), (f"no checkpoint within {deadline}\n"
+                                           + (tmp_path / "first.out").read_text()[-3000:])
             time.sleep(0.2)
         assert (run_dir / ".lock").read_text().strip() == str(first.pid)
         before = snapshot(run_dir / ".hydra")

@@ -16,7 +16,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from helpers import compose_train, exactly_equal, run_cli
+from helpers import Deadline, compose_train, exactly_equal, run_cli
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -167,8 +167,8 @@ def _leftover_processes(run_dir: Path, wait: float = 10.0) -> list[int]:
                 pass
         return pids
 
-    deadline = time.monotonic() + wait
-    while (pids := find()) and time.monotonic() < deadline:
+    deadline = Deadline(wait)
+    while (pids := find()) and not deadline.passed():
         time.sleep(0.2)
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
@@ -187,10 +187,11 @@ def _preempt_train_py(tmp_path: Path, cache_dir: str, signame: str, extra: list[
         proc = subprocess.Popen([sys.executable, "train.py", *args], cwd=ROOT, env=env, stdout=out,
                                 stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + start_timeout
+            deadline = Deadline(start_timeout)
             while _logged_steps(run_dir) < 3:
                 assert proc.poll() is None, log_path.read_text()[-3000:]
-                assert time.monotonic() < deadline, "no training steps logged in time\n" + log_path.read_text()[-3000:]
+                assert not deadline.passed(), (f"no training steps logged within {deadline}\n"
+                                               + log_path.read_text()[-3000:])
                 time.sleep(0.2)
             seen = _logged_steps(run_dir)
             proc.send_signal(getattr(signal, signame))  # to this process only (rank 0 under DDP)

@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers import load_factor
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -54,6 +56,8 @@ def open_page(browser, path: Path, width: int = 1200, height: int = 1000):
     """``path`` opened with the network off, once the page says it is ready (``body[data-ready='1']``); collects
     console errors, page errors and every request. Closed on exit."""
     ctx = browser.new_context(offline=True, viewport={"width": width, "height": height})
+    # playwright's default 30 s for every wait (the page loading, getting ready) holds on an idle machine only
+    ctx.set_default_timeout(30_000 * load_factor())
     opened = OpenPage(ctx, ctx.new_page())
     page = opened.page
     page.on("console", lambda m: opened.errors.append(m.text) if m.type == "error" else None)
