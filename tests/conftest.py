@@ -25,7 +25,8 @@ LONG_FIRST = ("tests/claims/test_framework.py::test_quick_claim_end_to_end", "te
               "tests/test_offline.py", "tests/test_notebooks.py", "tests/test_preloaded_python.py",
               "tests/test_resume_anywhere.py", "tests/test_bad_inputs.py::test_every_generated_bad_value",
               "tests/callbacks/test_preemption.py", "tests/test_ddp_equivalence.py", "tests/test_compare.py",
-              "tests/models/test_transformer_nat.py", "tests/callbacks/test_nonfinite.py", "tests/test_run_lock.py")
+              "tests/models/test_transformer_nat.py", "tests/callbacks/test_nonfinite.py", "tests/test_run_lock.py",
+              "tests/bench/test_bench_runs.py", "tests/test_files_stay_in_folder.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -2,8 +2,8 @@
 
 Every run of the test has it in its config (``+callbacks.fault._target_=fault_injection.Fault``, with tests/ on
 PYTHONPATH), so a killed run, its resumed parts and the straight run share one config; the point comes from the
-environment, as JSON: ``ATTNLAB_FAULT='{"hook": "on_train_batch_end", "step": 7, "signal": "SIGKILL"}'``. No
-variable: the callback does nothing.
+environment, as JSON: ``ATTNLAB_FAULT='{"hook": "on_train_batch_end", "step": 7, "signal": "SIGKILL"}'`` (``"times":
+2`` sends it twice, as an impatient Ctrl+C does). No variable: the callback does nothing.
 
 hooks: any Lightning callback hook that runs during fit or test (``on_train_batch_end``, ``on_validation_batch_end``,
 ``on_test_batch_end``, ``on_train_end``, ...), fired the first time it runs at global step ``step`` (any step if
@@ -25,7 +25,7 @@ import lightning as L
 import torch
 
 HOOKS = ("on_train_batch_end", "on_validation_batch_end", "on_validation_end", "on_train_epoch_start",
-         "on_train_epoch_end", "on_train_end", "on_test_start", "on_test_batch_end", "on_fit_end")
+         "on_train_epoch_end", "on_train_end", "on_test_start", "on_test_batch_end", "on_test_end", "on_fit_end")
 
 
 class Fault(L.Callback):
@@ -36,6 +36,7 @@ class Fault(L.Callback):
         self.step = spec.get("step")
         self.file = spec.get("file", "last.ckpt")
         self.signum = getattr(signal, spec.get("signal", "SIGKILL"))
+        self.times = int(spec.get("times", 1))  # the same signal sent again right away (an impatient Ctrl+C)
         self.fired = False
         for name in HOOKS:
             setattr(self, name, self._hook_fn(name))
@@ -51,7 +52,8 @@ class Fault(L.Callback):
 
     def _fire(self) -> None:
         self.fired = True
-        os.kill(os.getpid(), self.signum)
+        for _ in range(self.times):
+            os.kill(os.getpid(), self.signum)
         if self.signum == signal.SIGKILL:
             time.sleep(60)  # not reached
 

@@ -239,3 +239,32 @@ def test_workspace_leaves_out_a_run_whose_log_holds_nothing(sweep, tmp_path, cap
     assert f"note: {copy / '1'} has no readable W&B run (left out)" in printed
     view = json.loads(out.read_text())
     assert "" not in view["spec"]["section"]["runSets"][0]["filters"]["filters"][0]["value"]
+
+
+@pytest.mark.parametrize("kind", ["to a file", "to a folder", "dangling"])
+def test_outputs_planted_as_links_are_replaced_never_written_through(kind, sweep, tmp_path, capsys):
+    """A sweep folder comes from anyone: the comparison's files and the workspace definition, planted there as links,
+    are replaced by plain files; what the links point to is left as it was."""
+    pytest.importorskip("wandb_workspaces", reason="the wandb-workspaces extra (in dev) is not installed")
+    from attnlab.workspace import main as workspace
+
+    folder = tmp_path / "sweep"
+    shutil.copytree(sweep, folder, symlinks=True, ignore=shutil.ignore_patterns("checkpoints"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    names = [f"compare-norm-val_loss.{ext}" for ext in ("md", "csv", "png")] + ["wandb_workspace.json"]
+    for name in names:
+        target = outside / name
+        if kind == "to a file":
+            target.write_text("someone else's file\n")
+        elif kind == "to a folder":
+            target.mkdir()
+        (folder / name).symlink_to(target)
+    before = {p.name: (p.is_dir(), p.read_text() if p.is_file() else None) for p in outside.iterdir()}
+    assert main([str(folder), "--by", "norm"]) == 0
+    assert workspace([str(folder)]) == 0
+    capsys.readouterr()
+    for name in names:
+        assert (folder / name).is_file() and not (folder / name).is_symlink(), name
+    after = {p.name: (p.is_dir(), p.read_text() if p.is_file() else None) for p in outside.iterdir()}
+    assert after == before

@@ -121,6 +121,28 @@ def test_cli_inapplicable_group_gets_one_line_error(tmp_path):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+def test_a_part_that_refuses_its_setting_answers_before_lightning_starts(tmp_path):
+    """pos=rotary on the ViT's 2-D grid: the part's own refusal, from the build on the meta device that counts the
+    parameters, before the config tree is printed or Lightning seeds anything; no folder is left."""
+    out = run_cli(["model=vit", "pos=rotary", "debug=fast", f"hydra.run.dir={tmp_path}/run"], timeout=120)
+    assert out.returncode == 2, out.stdout[-3000:]
+    assert "pos=rotary is a 1-D sequence position; patches sit on a 2-D grid" in out.stdout
+    assert "Seed set to" not in out.stdout and "CONFIG" not in out.stdout and "Traceback" not in out.stdout
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_logger_whose_package_is_not_installed_is_one_line(tmp_path):
+    import importlib.util
+
+    if any(importlib.util.find_spec(p) for p in ("tensorboard", "tensorboardX")):
+        pytest.skip("tensorboard is installed here: logger=tensorboard runs")
+    out = run_cli(["logger=tensorboard", "debug=fast", f"hydra.run.dir={tmp_path}/run"], timeout=120)
+    assert out.returncode == 2, out.stdout[-3000:]
+    assert 'logger=tensorboard needs the tensorboard package, which is not installed: pip install -e ".[tensorboard]"' \
+        in out.stdout and "CONFIG" not in out.stdout and "Traceback" not in out.stdout
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("model", options("model"))
 def test_every_model_builds_under_the_debug_presets(model, tmp_path):
     """debug=fast sizes every model's net (d_model, n_layers, n_heads): each family must accept it."""

@@ -92,9 +92,10 @@ def _tmpfs_available() -> bool:
 
 
 # where the small disk is mounted -> (its size, overrides, the file the one line names): the run folder holds epoch
-# 0's files (a 405 kB checkpoint) and not epoch 1's checkpoint as well; W&B's folder does not hold its debug.log
+# 0's files (last.ckpt and its copy epoch_000.ckpt, 405 kB each) and not epoch 1's last.ckpt as well; W&B's folder
+# does not hold its debug.log
 REAL_DISKS = {
-    "run_folder": ("700k", ["hydra.run.dir={disk}/run"], "last.ckpt"),
+    "run_folder": ("1000k", ["hydra.run.dir={disk}/run"], "last.ckpt"),
     "wandb_folder": ("4k", ["logger=wandb", "logger.wandb.save_dir={disk}"], "debug.log"),
 }
 

@@ -36,8 +36,9 @@ BASE = ["debug=fast", "data.train_size=48", "data.val_size=16", "data.test_size=
         "+callbacks.fault._target_=fault_injection.Fault"]
 
 
-def point(hook: str, signal: str, step: int | None = None, file: str | None = None, rc: int = 0) -> dict:
-    spec = {"hook": hook, "signal": signal, "rc": rc}
+def point(hook: str, signal: str, step: int | None = None, file: str | None = None, rc: int = 0,
+          times: int = 1) -> dict:
+    spec = {"hook": hook, "signal": signal, "rc": rc, "times": times}
     if step is not None:
         spec["step"] = step
     if file is not None:
@@ -52,12 +53,14 @@ KILLED = -9  # subprocess's return code for SIGKILL
 DEFAULT = [
     point("on_train_batch_end", "SIGTERM", step=2),  # mid-epoch: preemption checkpoint after step 3
     point("after_save", "SIGKILL", step=6, file="last.ckpt", rc=KILLED),  # just after an epoch checkpoint
-    point("on_validation_batch_end", "SIGINT", step=12, rc=130),  # in validation
+    point("on_validation_end", "SIGINT", step=12, rc=130, times=2),  # Ctrl+C twice once the epoch is validated
     point("during_save", "SIGKILL", step=18, file="last.ckpt", rc=KILLED),  # last.ckpt's temp file half written
+    point("on_fit_end", "SIGTERM", step=18),  # trained, before the test
     point("on_test_batch_end", "SIGTERM"),  # in the test, after the last epoch
 ]
 SLOW = {
     "other_signals": [
+        point("on_validation_batch_end", "SIGINT", step=12, rc=130),  # in validation
         point("on_train_batch_end", "SIGINT", step=8, rc=130),  # (a kill before the first checkpoint: nothing to resume)
         point("on_train_batch_end", "SIGKILL", step=10, rc=KILLED),  # mid-epoch: steps 10 and up are done again
         point("on_validation_batch_end", "SIGTERM", step=12),
@@ -197,3 +200,38 @@ def test_callbacks_none_still_keeps_last_ckpt_in_the_run_folder(tmp_path, cache_
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["last.ckpt"]
     assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
     assert not list(tmp_path.glob("*/version_*/checkpoints"))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# a stop between the stages: after training and before the test, after the test, in a sweep
+# ----------------------------------------------------------------------------------------------------------------
+ONE_EPOCH = [*BASE, "trainer.max_epochs=1", "data.test_size=8"]
+
+
+def _fault_env(fault: dict) -> dict[str, str]:
+    return {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+            "ATTNLAB_FAULT": json.dumps(fault)}
+
+
+@pytest.mark.parametrize("signal", ["SIGTERM", "SIGINT"])
+def test_a_sweep_stopped_before_a_jobs_test_says_so_and_starts_no_other_job(signal, tmp_path, cache_dir):
+    sweep = tmp_path / "sweep"
+    out = run_cli(["-m", *ONE_EPOCH, "seed=0,1", f"hydra.sweep.dir={sweep}"], cache_dir,
+                  env=_fault_env({"hook": "on_fit_end", "signal": signal}))
+    assert out.returncode == (130 if signal == "SIGINT" else 0), out.stdout[-3000:]
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name.isdigit()) == ["0"]
+    status = json.loads((sweep / "0" / "job_status.json").read_text())
+    assert status["status"] == "interrupted" and signal in status["error"], status
+    summary = (sweep / "sweep_summary.md").read_text()
+    assert summary.startswith(f"Sweep stopped by {signal} after 1 job(s): 0 completed, 1 interrupted"), summary
+    assert "after training, before the test: not tested" in out.stdout
+
+
+def test_a_stop_after_the_test_keeps_the_finished_runs_results(tmp_path, cache_dir):
+    run = tmp_path / "run"
+    out = run_cli([*ONE_EPOCH, f"hydra.run.dir={run}"], cache_dir, env=_fault_env({"hook": "on_test_end",
+                                                                                  "signal": "SIGTERM"}))
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "received SIGTERM after the test: the run had finished, its results are written" in out.stdout
+    assert "test/loss" in json.loads((run / "metrics.json").read_text())
+    assert json.loads((run / "job_status.json").read_text())["status"] == "completed"

@@ -3,7 +3,9 @@
 Every file a run writes (the data cache's corpus exports, tokenizers and token shards, checkpoints,
 ``metrics.json``, ``job_status.json``, the explorer page) goes to a temporary file in its folder and is renamed
 into place, so the file under its final name is always the previous complete one or the new complete one; a failed
-write removes its temporary file. A disk that fills up (or a quota) during the write is a
+write removes its temporary file. Neither name is written through a link: the temporary file is created anew
+(exclusively, so a link or a file planted under its name is replaced, never followed), and the rename replaces a
+link at the final name instead of writing where it points. A disk that fills up (or a quota) during the write is a
 :class:`~attnlab.errors.DiskFullError`: one line naming the file, the space it needed and the space free there,
 which the entry points print and exit 2 with.
 
@@ -83,6 +85,14 @@ def temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
+def open_new(path: Path) -> IO[bytes]:
+    """``path`` opened for writing as a new file of this process: whatever was under that name (a temporary file a
+    killed writer left, a link) is removed first, and ``O_EXCL`` never follows a link created in between."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    return os.fdopen(fd, "wb")
+
+
 def write_atomic(path: str | Path, data: str | bytes | Callable[[IO[bytes]], None], needed: int | None = None,
                  durable: bool = True) -> Path:
     """Write ``data`` (text as UTF-8, bytes, or a function that writes into the open binary file) to ``path``
@@ -97,7 +107,7 @@ def write_atomic(path: str | Path, data: str | bytes | Callable[[IO[bytes]], Non
     try:
         with reported(path, needed):
             path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
+            with open_new(tmp) as f:
                 if callable(data):
                     data(f)
                 else:

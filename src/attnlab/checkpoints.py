@@ -215,7 +215,15 @@ def build_task(task_cls: type, ckpt: dict, path: str | Path, device: str = "cpu"
     reads the tokenizer, and the state dict must fit (:func:`check_fits`) before it is loaded."""
     import inspect
 
+    from .utils.model_memory import net_memory_problem
+
     hparams = hyper_parameters(ckpt, path)
+    # the sizes are the file's: a model too big for this machine is one line, not an allocation failure
+    too_big = net_memory_problem(hparams["net"], "gpu" if str(device).startswith("cuda") else "cpu",
+                                 bytes_per_parameter=4, what="its float32 weights need",
+                                 to_fix="a damaged checkpoint, or one for a bigger machine")
+    if too_big:
+        raise CheckpointError(f"{path}: {too_big}")
     params = inspect.signature(task_cls.__init__).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         hparams = {k: v for k, v in hparams.items() if k in params}
@@ -282,6 +290,7 @@ def check_for_model(path: str | Path, model_cfg: Any) -> dict | None:
         raise CheckpointError(f"{path} names no task_class: not a checkpoint written by attnlab's train.py")
     check_task_class(name, str(path))
     hyper_parameters(ckpt, path)
+    check_callback_paths(ckpt, path)
     want = model_cfg.get("_target_") if isinstance(model_cfg, Mapping) else None
     if want and name != want:
         family, mine = _family(name)[0], _family(str(want))[0]
@@ -289,6 +298,41 @@ def check_for_model(path: str | Path, model_cfg: Any) -> dict | None:
                               f"{mine} ({str(want).rsplit('.', 1)[-1]}): choose its model= (see its run's "
                               f".hydra/overrides.yaml)")
     return ckpt
+
+
+# the path-valued fields of a ModelCheckpoint state (Lightning's and RunCheckpoint's journal)
+_PATH_FIELDS = ("best_model_path", "last_model_path", "kth_best_model_path")
+
+
+def _callback_paths(state: dict) -> list[tuple[str, Any]]:
+    """(field, value) for every file path a ``ModelCheckpoint`` state names."""
+    out = [(k, state[k]) for k in _PATH_FIELDS if state.get(k)]
+    if isinstance(state.get("best_k_models"), dict):
+        out += [("best_k_models", k) for k in state["best_k_models"]]
+    pending = state.get("pending")
+    if isinstance(pending, dict):
+        out += [(f"pending.{k}", v) for k in ("copies", "delete") for v in (pending.get(k) or [])]
+    return out
+
+
+def check_callback_paths(ckpt: dict, path: str | Path) -> None:
+    """Every file a checkpoint's callback state names (its best and top-k files, the journal of copies to make and
+    files to remove) is a ``.ckpt`` name inside the folder that state was saved in; an absolute path elsewhere, a
+    ``..`` or a URL is refused in one line before anything acts on it (the run's checkpoint callback would copy to
+    it, remove it or test it)."""
+    from .folder_paths import name_in
+
+    for key, state in (ckpt.get("callbacks") or {}).items():
+        if not isinstance(state, dict) or "dirpath" not in state:
+            continue
+        folder = state["dirpath"]
+        for field, value in _callback_paths(state):
+            name = name_in(folder, value) if isinstance(folder, str) and ".." not in Path(folder).parts else None
+            if name is None or not name.endswith(".ckpt"):
+                shown = repr(value) if not isinstance(value, str) else value
+                raise CheckpointError(f"{path}: its checkpoint callback state names {field}={shown[:200]}, not a "
+                                      f".ckpt file of its own folder {folder!s:.200}: damaged or hand-made; nothing "
+                                      f"was read from that path")
 
 
 def check_file_fits(model: torch.nn.Module, path: str | Path | None) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import math
 import sys
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .atomic_files import write_atomic
 from .errors import CompareError, UserError, one_line_message
 from .sweep_jobs import SweepJob, sweep_jobs
 from .utils.sweep import override_key, setting_overrides
@@ -142,13 +144,14 @@ class Comparison:
     def to_csv(self, path: str | Path) -> None:
         keys = ["setting", "n", "seeds", "mean", "std", "diff", "ci_low", "ci_high", "p_value", "significant",
                 "verdict", "jobs", "paired_seeds"]
-        with open(path, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(keys)
-            for r in self.rows:
-                w.writerow([r.setting, r.n, " ".join(str(s) for s in r.seeds), r.mean, _csv(r.std), _csv(r.diff),
-                            _csv(r.ci_low), _csv(r.ci_high), _csv(r.p_value), _csv(r.significant), r.verdict,
-                            " ".join(r.jobs), "" if r.pairs is None else " ".join(map(str, r.pairs))])
+        text = io.StringIO(newline="")
+        w = csv.writer(text)
+        w.writerow(keys)
+        for r in self.rows:
+            w.writerow([r.setting, r.n, " ".join(str(s) for s in r.seeds), r.mean, _csv(r.std), _csv(r.diff),
+                       _csv(r.ci_low), _csv(r.ci_high), _csv(r.p_value), _csv(r.significant), r.verdict,
+                       " ".join(r.jobs), "" if r.pairs is None else " ".join(map(str, r.pairs))])
+        write_atomic(path, text.getvalue(), durable=False)
 
     # ---- the figure ------------------------------------------------------------------------------------------
     def plot(self, path: str | Path | None = None, ax=None, key: str | None = None,
@@ -178,7 +181,7 @@ class Comparison:
         ax.legend(fontsize=8)
         fig.tight_layout()
         if path is not None:
-            fig.savefig(path, dpi=90)
+            write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=90), durable=False)
         return fig
 
     def write(self, out: str | Path) -> list[Path]:
@@ -190,13 +193,14 @@ class Comparison:
         base.parent.mkdir(parents=True, exist_ok=True)
         md, table = base.with_name(base.name + ".md"), base.with_name(base.name + ".csv")
         fig = self.plot()  # first: it reads every job's curves, and a damaged one must stop before any file is written
-        md.write_text(self.to_markdown())
+        write_atomic(md, self.to_markdown(), durable=False)
         self.to_csv(table)
         written = [md, table]
         if fig is not None:
-            fig.savefig(base.with_name(base.name + ".png"), dpi=90)
+            png = base.with_name(base.name + ".png")
+            write_atomic(png, lambda f: fig.savefig(f, format="png", dpi=90), durable=False)
             plt.close(fig)
-            written.append(base.with_name(base.name + ".png"))
+            written.append(png)
         return written
 
 
@@ -422,9 +426,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = compare(args.sweep_dir, args.by, args.metric, args.baseline, args.mode, args.confidence,
                          test=args.test)
-        out = args.out or default_out(args.sweep_dir, result.by, args.metric)
-        if out.is_dir():  # --out <folder>: the files go inside it, under their default name
-            out = out / default_out(args.sweep_dir, result.by, args.metric).name
+        out = default_out(args.sweep_dir, result.by, args.metric)
+        if args.out is not None:
+            out = args.out / out.name if args.out.is_dir() else args.out  # --out <folder>: the default names inside
         try:
             written = result.write(out)
         except OSError as e:

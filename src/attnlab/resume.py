@@ -144,6 +144,27 @@ def check_checkpoint_data(ckpt: Any, path: str | Path, data_cfg: Any) -> None:
                           f"tokenizer and ids of those; give its run's data overrides{see}")
 
 
+def check_left_to_train(ckpt: Any, path: str | Path, trainer_cfg: Any) -> None:
+    """``train.py ckpt_path=`` (training): the checkpoint has training left under this run's ``trainer.max_epochs``
+    / ``max_steps``. One that already reached them would train no step, then test and be marked completed as if it
+    had; ResumeError (one line with the ways on) instead."""
+    from .loop_position import from_checkpoint
+
+    pos = from_checkpoint(ckpt) if isinstance(ckpt, dict) else None
+    if pos is None or pos.batches_done:
+        return
+    max_epochs = (trainer_cfg or {}).get("max_epochs")
+    max_steps = (trainer_cfg or {}).get("max_steps")
+    done = []
+    if isinstance(max_epochs, int) and max_epochs >= 0 and pos.epoch >= max_epochs:
+        done.append(f"it has trained {pos.epoch} epoch(s), trainer.max_epochs={max_epochs}")
+    if isinstance(max_steps, int) and max_steps > 0 and pos.global_step >= max_steps:
+        done.append(f"it is at step {pos.global_step}, trainer.max_steps={max_steps}")
+    if done:
+        raise ResumeError(f"ckpt_path={path}: this run would train no step ({'; '.join(done)}); give a larger "
+                          f"trainer.max_epochs (or max_steps) to train on from there, or train=false to test it")
+
+
 def saved_config(run_dir: str | Path) -> DictConfig | None:
     try:
         saved = OmegaConf.load(Path(run_dir) / SAVED_CONFIG)

@@ -48,6 +48,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from . import resume
 from .errors import ConfigError, FolderError, UsedFolderError, UserError, one_line_message
+from .folder_paths import check_no_links
 from .run_lock import LOCK_NAME, RunLock
 
 log = logging.getLogger(__name__)
@@ -286,6 +287,8 @@ def check_resume(config: DictConfig, run_dir: Path) -> None:
         return
     if config.get("ckpt_path"):
         raise resume.ResumeError("give either resume= or ckpt_path=, not both")
+    if run_dir.is_dir():  # resume=auto's new folder does not exist yet
+        check_no_links(run_dir, "run folder")  # Hydra writes .hydra/ and train.log there next, through any link
     here = resume.model_identity(config.get("model"))
     if str(value) == "auto" and not resume.has_checkpoint(run_dir):
         if not run_dir.exists():

@@ -27,12 +27,14 @@ from .log_file import raise_if_failed, watch_file_handlers
 from .paths import CONF_DIR
 from .quoting import shell_override
 from .utils.hardware import slow_bf16_warning
-from .utils.sweep import WANDB_TAG_MAX, one_line, setting_name, setting_overrides, write_job_status
+from .utils.sweep import WANDB_TAG_MAX, one_line, setting_name, setting_overrides, write_job_status, write_summary
 from .utils.config import auto_tags, check_block_groups, flatten, print_config_tree, used_groups
 from .utils.validate import validate_config
 
 if TYPE_CHECKING:
     import lightning as L
+
+    from .callbacks.stage_signals import StageSignals
 
 # Lightning (~4 s of imports on a small CPU) is imported only once the config has passed its checks, so a refused
 # command line answers in about a second (and the tests that provoke refusals stay cheap).
@@ -142,10 +144,13 @@ def _task_overrides() -> list[str]:
         return []
 
 
-def run(cfg: DictConfig, resolved: dict | None = None) -> dict[str, float]:
+def run(cfg: DictConfig, resolved: dict | None = None, stops: StageSignals | None = None) -> dict[str, float]:
     """Fit and test as the config says; return the final metrics (floats). ``resolved``: ``cfg`` already resolved
-    into plain containers (else resolved here); the model is built from it and the loggers record it."""
+    into plain containers (else resolved here); the model is built from it and the loggers record it. ``stops``:
+    the stop signals between the stages (installed by the caller around this call)."""
     import lightning as L
+
+    from .callbacks.stage_signals import StageSignals
 
     from .checkpoints import check_file_fits
 
@@ -170,6 +175,8 @@ def run(cfg: DictConfig, resolved: dict | None = None) -> dict[str, float]:
     from .callbacks.run_log import RunLogCheck
 
     callbacks.append(RunLogCheck())  # a full disk under a log file (train.log, W&B's) stops the run at the next batch
+    stops = stops if stops is not None else StageSignals()
+    callbacks.append(stops)
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
     for lg in loggers:
@@ -181,13 +188,13 @@ def run(cfg: DictConfig, resolved: dict | None = None) -> dict[str, float]:
     metrics: dict[str, float] = {}
     with ddp.distributed_job():
         try:
-            _fit_and_test(cfg, trainer, model, datamodule, metrics)
+            _fit_and_test(cfg, trainer, model, datamodule, metrics, stops)
         finally:
             finish_loggers(loggers)
     return metrics
 
 
-def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, model, datamodule, metrics: dict) -> None:
+def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, model, datamodule, metrics: dict, stops: StageSignals) -> None:
     from .checkpoints import release, verified  # weights_only=True, refusals are one line
 
     if cfg.get("train"):
@@ -203,6 +210,9 @@ def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, model, datamodule, metric
 
         if signame := preemption_signal(trainer):
             _interrupted(cfg, signame, "in training: not testing")
+        stops.between = True  # (also when nothing was left to train: fit then runs no training stage)
+    if stops.received:
+        _interrupted(cfg, stops.received, "after training, before the test: not tested")
     if cfg.get("test"):
         from .callbacks.preemption import TestInterrupted
 
@@ -215,6 +225,7 @@ def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, model, datamodule, metric
             trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True)
         except TestInterrupted as e:
             _interrupted(cfg, e.signame, "in the test: no metrics.json")
+        stops.between = True
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
 
 
@@ -226,7 +237,22 @@ def _interrupted(cfg: DictConfig, signame: str, where: str) -> None:
     if _rank_zero():
         write_job_status(run_dir, _task_overrides(), interrupted=signame)
     log.warning(f"stopped by {signame} {where}; continue with {shell_override('resume', run_dir)}")
+    _stop_sweep(cfg, signame)
+
+
+def _stop_sweep(cfg: DictConfig, signame: str) -> None:
+    """End the process for a stop signal: 130 for Ctrl+C (the shell's status for an interrupt), 0 for a scheduler's
+    SIGTERM/SIGUSR1 (a requeue). In a sweep the later jobs are not started, and the summary says so."""
+    if _in_sweep() and _rank_zero():
+        write_summary(Path(HydraConfig.get().sweep.dir), cfg.get("optimized_metric"), stopped_by=signame)
     raise SystemExit(130 if signame == "SIGINT" else 0)
+
+
+def _in_sweep() -> bool:
+    try:
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:  # a config composed by hand, outside a Hydra run
+        return False
 
 
 def write_metrics(run_dir: Path, metrics: dict[str, float]) -> None:
@@ -245,6 +271,7 @@ def finish_loggers(loggers: list) -> None:
 
 
 _job_started = False  # set when Hydra calls the job: a Hydra error before that is a bad command line
+_late_stop: str | None = None  # a stop signal received after a job's test (its results were written)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
@@ -281,6 +308,8 @@ def _main(cfg: DictConfig) -> float | None:
         return float("nan")
     if in_sweep and _rank_zero():
         write_job_status(job_dir, hc.overrides.task, value=value)
+    if in_sweep and _late_stop:
+        _stop_sweep(cfg, _late_stop)
     return value
 
 
@@ -337,15 +366,24 @@ def train_job(cfg: DictConfig, hc) -> float | None:
     if ckpt is not None and not cfg.get("resume") and cfg.get("train"):
         # a new run from the checkpoint's training state trains on its data (resume=: checked by RunFolderGuard)
         resume.check_checkpoint_data(ckpt, cfg.ckpt_path, cfg.data)
+        resume.check_left_to_train(ckpt, cfg.ckpt_path, cfg.trainer)
     del ckpt  # (memory-mapped)
     slow = slow_bf16_warning(cfg.trainer.get("precision"), cfg.trainer.get("accelerator", "auto"))
     if slow:
         log.warning(slow)
     if _rank_zero():
         print_config_tree(resolved, save_to=Path(hc.runtime.output_dir) / "config_tree.log")
-    metrics = run(cfg, resolved)
-    if _rank_zero():
-        write_metrics(Path(hc.runtime.output_dir), metrics)
+    from .callbacks.stage_signals import StageSignals
+
+    stops = StageSignals()
+    with stops.installed():  # until the results are written: a stop after the test waits for them
+        metrics = run(cfg, resolved, stops)
+        if _rank_zero():
+            write_metrics(Path(hc.runtime.output_dir), metrics)
+    global _late_stop
+    if stops.received:
+        log.warning(f"received {stops.received} after the test: the run had finished, its results are written")
+        _late_stop = stops.received  # a sweep writes this job's status, then stops
     raise_if_failed()  # the run is done and its results written; its log is not complete
     name = cfg.get("optimized_metric")
     if name and name in metrics:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .atomic_files import write_atomic
 from .cli_input import check_output
 from .errors import UserError, WorkspaceError, one_line_message
 from .quoting import shell_path
@@ -380,8 +381,7 @@ def save(workspace, path: Path) -> dict:
     view = workspace._to_model()  # the documented save() path without the upload: pydantic, no network
     text = view.model_dump_json(by_alias=True, exclude_none=True, indent=1)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text + "\n")
+        write_atomic(path, text + "\n", durable=False)
     except OSError as e:
         raise WorkspaceError(f"cannot save the workspace to {path}: {e.strerror or e} ({e.filename or path}); "
                              f"give --out a writable path") from None
@@ -442,11 +442,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="upload the saved definition to W&B (after `wandb sync`; needs `wandb login`)")
     args = parser.parse_args(argv)
     root = args.dir.expanduser().resolve()
-    out = (args.out or root / WORKSPACE_FILE).expanduser().resolve()
-    if out.is_dir():  # --out <folder>: the definition goes inside it
-        out = out / WORKSPACE_FILE
+    out = root / WORKSPACE_FILE  # as named, never resolved: a link planted there is replaced, not followed
+    if args.out is not None:
+        out = args.out.expanduser().resolve()
+        if out.is_dir():  # --out <folder>: the definition goes inside it
+            out = out / WORKSPACE_FILE
     try:
-        if not args.publish:
+        if not args.publish and args.out is not None:
             check_output("--out", out)  # before the runs are read: a path that cannot be written fails at once
         if args.publish:
             print(f"workspace published: {publish(out, args.entity, args.project)}")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..atomic_files import write_atomic
 from ..errors import AudioFileError
 
 
@@ -14,13 +15,11 @@ def write_wav(path: str | Path, wave, sample_rate: int) -> Path:
     """Write a mono waveform (float in [-1, 1] or int16) as 16-bit PCM; returns the path."""
     import soundfile as sf
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = wave.detach().cpu().numpy() if hasattr(wave, "detach") else np.asarray(wave)
     if data.dtype != np.int16:
         data = (np.clip(data.astype(np.float32), -1.0, 1.0) * 32767).astype(np.int16)
-    sf.write(str(path), data, sample_rate, subtype="PCM_16")
-    return path
+    return write_atomic(path, lambda f: sf.write(f, data, sample_rate, format="WAV", subtype="PCM_16"),
+                        durable=False)
 
 
 def wav_data_sizes(path: str | Path) -> tuple[int, int] | None:

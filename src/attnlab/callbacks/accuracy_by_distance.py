@@ -13,6 +13,7 @@ from pathlib import Path
 
 import lightning as L
 
+from ..atomic_files import write_atomic
 from ..tasks.protocols import DistanceRecordSource
 from .media import run_dir
 
@@ -30,5 +31,4 @@ class AccuracyByDistanceCallback(L.Callback):
         if record is None:
             return
         self.path = run_dir(trainer) / self.filename
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps(record) + "\n")
+        write_atomic(self.path, json.dumps(record) + "\n", durable=False)

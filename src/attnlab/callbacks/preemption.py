@@ -7,7 +7,9 @@ before the time limit, ``#SBATCH --signal=USR1@120``) into:
     (exit code 0) -> ``python train.py ckpt_path=<that checkpoint>`` continues from exactly that step.
 
 ``SIGINT`` (Ctrl+C) is handled the same way when configured (conf/callbacks/preemption.yaml does): ``train.py`` then
-exits with 130; a second Ctrl+C raises ``KeyboardInterrupt`` at once (Lightning's interrupt path, no checkpoint).
+exits with 130; a second Ctrl+C raises ``KeyboardInterrupt`` at once (Lightning's interrupt path, no checkpoint),
+except once the epoch's validation has finished: its checkpoint comes next, so the second one is said to wait for it
+and only a third stops without it.
 
 The handler only records the signal. At the next ``on_train_batch_end`` that finished an optimizer step the callback
 does the following; a signal seen at an epoch's last step or during its validation waits for that epoch's end
@@ -65,12 +67,14 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Sequence
 
 import lightning as L
 import torch
+from ..atomic_files import write_atomic
 from ..quoting import shell_override
 from ..errors import at_least
 
@@ -153,6 +157,8 @@ class PreemptionCheckpoint(L.Callback):
         self._step_at_batch_start = -1
         self._dir: Path | None = None
         self._at_epoch_end = 0  # a signal seen at the epoch's last step or in its validation: stop at its end
+        self._epoch_validated = False  # the epoch's end-of-training validation is done: its checkpoint comes next
+        self._interrupts = 0  # Ctrl+C presses while a stop is pending
 
     # ------------------------------------------------------------------ handlers
     def _handler(self, signum: int, frame: Any) -> None:
@@ -160,6 +166,11 @@ class PreemptionCheckpoint(L.Callback):
         if not self._received:
             self._received = int(signum)
         elif signum == signal.SIGINT:
+            self._interrupts += 1
+            if self._epoch_validated and self._interrupts == 1:  # the complete epoch is moments from its checkpoint
+                sys.stderr.write("Ctrl+C again: the epoch is validated and its checkpoint is being written; "
+                                 "a third Ctrl+C stops without it\n")
+                return
             raise KeyboardInterrupt  # Ctrl+C twice: stop now, without the checkpoint (Lightning's interrupt path)
 
     def _install(self) -> None:
@@ -191,9 +202,19 @@ class PreemptionCheckpoint(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.preempted, self.ckpt_path, self._received, self._at_epoch_end = None, None, 0, None
+        self._interrupts = 0
         self._dir = self._resolve_dir(trainer)
         self._warn_if_slurm_requeue(trainer)
         self._install()
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._epoch_validated = False
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        epoch_loop = trainer.fit_loop.epoch_loop
+        if not trainer.sanity_checking and trainer.state.fn == "fit" and \
+                getattr(epoch_loop, "_num_ready_batches_reached", lambda: False)():
+            self._epoch_validated = True
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # A signal in the epoch's last step or its validation: stop now that the epoch is complete. The checkpoint
@@ -220,7 +241,7 @@ class PreemptionCheckpoint(L.Callback):
     # the test phase: no state to save; stop after the batch that saw the signal (Lightning's own SIGTERM handler
     # would end the run through a SystemExit that says nothing, and its Ctrl+C path exits 1)
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._received = 0
+        self._received, self._interrupts, self._epoch_validated = 0, 0, False
         self._install()
 
     def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
@@ -293,8 +314,7 @@ class PreemptionCheckpoint(L.Callback):
         self.ckpt_path = path
         if trainer.is_global_zero:
             assert self._dir is not None
-            self._dir.mkdir(parents=True, exist_ok=True)
-            (self._dir / MARKER).write_text(f"signal={name} step={step} checkpoint={path}\n")
+            write_atomic(self._dir / MARKER, f"signal={name} step={step} checkpoint={path}\n", durable=False)
             log.warning(f"received {name} at step {step}: checkpoint written to {path}; exiting")
 
     @staticmethod

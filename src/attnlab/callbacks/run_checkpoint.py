@@ -13,9 +13,17 @@ Here, at the end of every training epoch (after its validation, when every other
 
 Two files for one state (``epoch_NNN.ckpt`` and ``last.ckpt``) cannot be written at once, so the pair is
 journaled: ``last.ckpt`` is written first, carrying the names of the top-k files that are copies of it and of the
-top-k file it supersedes; then the copy is made (a hard link, renamed into place) and the old file removed. A run
+top-k file it supersedes; then the copy is made (a copy of the bytes, not a hard link: damage to one file in place
+must leave the other intact, the fallback a damaged ``last.ckpt`` is refused with) and the old file removed. A run
 killed in between is repaired when it is resumed from that ``last.ckpt``: the missing copy is made, the superseded
 file removed, so the resumed run ends with the same set of checkpoints as one run straight.
+
+The file paths in a checkpoint's state are input (a run folder is copied, moved, shared): each is used only as a
+plain ``.ckpt`` name inside the folder the checkpoint was written to (:func:`attnlab.folder_paths.name_in`), and
+then as that name in this run's checkpoint folder. A checkpoint resumed from this folder (``resume=``, or a run
+folder moved or copied before it was resumed) keeps its top-k bookkeeping there; one from another folder
+(``ckpt_path=`` of another run) starts it afresh, so nothing of the other run's folder is tested, copied or
+removed.
 
 A step-triggered save (``every_n_train_steps``) that falls on an epoch's last batch is left to that epoch's end, so
 no checkpoint is ever written between an epoch's last step and its validation. The callback state is stored under
@@ -34,6 +42,8 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from .. import loop_position
+from ..atomic_files import write_atomic
+from ..folder_paths import name_in
 
 log = logging.getLogger(__name__)
 
@@ -46,26 +56,38 @@ class RunCheckpoint(ModelCheckpoint):
         self._last_position: dict | None = None
         self._journal: dict[str, list[str]] | None = None  # top-k writes and removals decided, not yet done
         self._pending: dict[str, list[str]] = {}  # saved with last.ckpt: its copies to make, files to remove
+        self._restored_here = False  # the checkpoint being restored lies in this run's checkpoint folder
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "pending": self._pending}
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         """Finish the top-k update that the checkpoint being resumed announced, if the run stopped before it."""
-        state = (checkpoint.get("callbacks") or {}).get(self.state_key) or {}
-        pending = state.get("pending") or {}
-        if not pending or state.get("dirpath") != self.dirpath or trainer.state.fn != "fit":
-            return
         source = trainer.ckpt_path
-        if trainer.is_global_zero and source and Path(source).is_file():
-            for path in pending.get("copies", []):
-                if not Path(path).is_file():
-                    log.info(f"writing {Path(path).name}: the stopped run had not written this copy of {source}")
-                    _link(Path(source), Path(path))
-            for path in pending.get("delete", []):
-                if Path(path).is_file() and Path(path).resolve() != Path(source).resolve():
-                    log.info(f"removing {Path(path).name}: the stopped run had not removed it (no longer top-k)")
-                    Path(path).unlink()
+        self._restored_here = bool(source) and self.dirpath is not None and \
+            Path(source).resolve().parent == Path(self.dirpath).resolve()
+        state = (checkpoint.get("callbacks") or {}).get(self.state_key) or {}
+        pending = _in_this_folder(state.get("pending") or {}, state.get("dirpath"), self.dirpath)
+        if not self._restored_here or trainer.state.fn != "fit" or not trainer.is_global_zero:
+            return
+        if not Path(source).is_file():
+            return
+        for path in pending.get("copies", []):
+            if not Path(path).is_file():
+                log.info(f"writing {Path(path).name}: the stopped run had not written this copy of {source}")
+                _copy(Path(source), Path(path))
+        for path in pending.get("delete", []):
+            if Path(path).is_file() and Path(path).resolve() != Path(source).resolve():
+                log.info(f"removing {Path(path).name}: the stopped run had not removed it (no longer top-k)")
+                Path(path).unlink()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Lightning's bookkeeping (best score, top-k files, last file), its paths moved into this run's checkpoint
+        folder; none of it from a checkpoint of another folder."""
+        if not self._restored_here:
+            return
+        here = _in_this_folder(state_dict, state_dict.get("dirpath"), self.dirpath)
+        super().load_state_dict({**state_dict, **here, "dirpath": self.dirpath})
 
     def _generate_state_key(self, **kwargs: Any) -> str:
         return f"ModelCheckpoint{kwargs!r}"  # Lightning's key: checkpoints of either class restore each other
@@ -115,7 +137,7 @@ class RunCheckpoint(ModelCheckpoint):
                 self._pending = {}
             if trainer.is_global_zero:
                 for path in journal["copies"]:
-                    _link(Path(self.last_model_path), Path(path))
+                    _copy(Path(self.last_model_path), Path(path))
             trainer.strategy.barrier("RunCheckpoint.copies")
         for path in journal["delete"]:
             super()._remove_checkpoint(trainer, path)
@@ -142,12 +164,28 @@ class RunCheckpoint(ModelCheckpoint):
         self._last_position = position
 
 
-def _link(source: Path, target: Path) -> None:
-    """``target`` becomes a copy of ``source`` (a hard link where the file system allows), renamed into place."""
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(source, tmp)
-    except OSError:
-        shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
+def _in_this_folder(state: dict[str, Any], saved_dir: Any, dirpath: str | None) -> dict[str, Any]:
+    """The path-valued fields of a saved ``ModelCheckpoint`` state (``state``: the whole state, or its ``pending``
+    journal), each kept only as a ``.ckpt`` name of the folder it was saved in (``saved_dir``) and moved into
+    ``dirpath``; any other value (elsewhere, ``..``, a URL) is left out, never acted on."""
+    def moved(value: Any) -> str | None:
+        name = name_in(str(saved_dir), value) if isinstance(saved_dir, str) and dirpath else None
+        return str(Path(dirpath) / name) if name is not None and name.endswith(".ckpt") else None
+
+    out: dict[str, Any] = {}
+    for key in ("best_model_path", "last_model_path", "kth_best_model_path"):
+        if key in state:
+            out[key] = moved(state[key]) or ""
+    if isinstance(state.get("best_k_models"), dict):
+        out["best_k_models"] = {m: v for k, v in state["best_k_models"].items() if (m := moved(k))}
+    for key in ("copies", "delete"):
+        if isinstance(state.get(key), list):
+            out[key] = [m for v in state[key] if (m := moved(v))]
+    return out
+
+
+def _copy(source: Path, target: Path) -> None:
+    """``target`` becomes a copy of ``source`` (its own bytes), written beside it and renamed into place; a full
+    disk is one line naming it (the files already there are kept)."""
+    with open(source, "rb") as src:
+        write_atomic(target, lambda f: shutil.copyfileobj(src, f, 1 << 20), needed=os.fstat(src.fileno()).st_size)

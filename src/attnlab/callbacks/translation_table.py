@@ -15,6 +15,7 @@ from pathlib import Path
 
 import lightning as L
 
+from ..atomic_files import write_atomic
 from ..tasks.protocols import TranslationRow, TranslationTableSource
 from .media import run_dir, wandb_loggers, writes_now
 from ..errors import at_least
@@ -40,8 +41,7 @@ class TranslationTableCallback(L.Callback):
             return
         self.last_rows = rows = pl_module.translation_table(self.size)
         path = run_dir(trainer) / self.dirname / f"epoch{trainer.current_epoch:03d}-step{trainer.global_step:06d}.tsv"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\t".join(COLUMNS) + "\n" + "".join("\t".join(r) + "\n" for r in rows))
+        write_atomic(path, "\t".join(COLUMNS) + "\n" + "".join("\t".join(r) + "\n" for r in rows), durable=False)
         self.last_path = path
         for lg in wandb_loggers(trainer):
             lg.log_table(key="val/translations", columns=COLUMNS, data=[list(r) for r in rows],

@@ -134,7 +134,8 @@ class ExplorerRecord:
             view = dict(data.get("view") or {})
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return record
-        record.epochs, record.modules, record.view = epochs, modules, view or record.view
+        record.epochs, record.modules = [_inlined(e) for e in epochs], modules
+        record.view = _inlined(view) or record.view
         return record
 
     def payload(self) -> dict[str, Any]:
@@ -143,3 +144,14 @@ class ExplorerRecord:
 
     def __bool__(self) -> bool:
         return bool(self.epochs)
+
+
+# what an earlier page may hand on to the next: images and sounds inlined as the views write them, never a URL
+_INLINE = {"image": "data:image/png;base64,", "audio": "data:audio/wav;base64,"}
+
+
+def _inlined(entry: dict[str, Any]) -> dict[str, Any]:
+    """An epoch or view read back from a page (a file of the run folder, which may come from anyone) without an
+    ``image`` or ``audio`` that is not inlined data: a URL there would make the new page request it."""
+    return {k: v for k, v in entry.items()
+            if k not in _INLINE or (isinstance(v, str) and v.startswith(_INLINE[k]))}

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from ..atomic_files import disk_full, temporary_name
+from ..atomic_files import disk_full, open_new, temporary_name
 from ..errors import CheckpointWriteError  # noqa: F401  (raised here; defined without Lightning for train.py)
 
 
@@ -29,7 +29,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         tmp = temporary_name(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
+            with open_new(tmp) as f:
                 torch.save(checkpoint, f)
                 f.flush()
                 os.fsync(f.fileno())

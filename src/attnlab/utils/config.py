@@ -104,6 +104,11 @@ def print_config_tree(cfg: Mapping, save_to: Path | None = None) -> None:
         tree.add(str(key), style="bold").add(rich.syntax.Syntax(text, "yaml"))
     rich.print(tree)
     if save_to is not None:
-        with open(save_to, "w") as f:
-            rich.print(tree, file=f)
+        import io
+
+        from ..atomic_files import write_atomic
+
+        text = io.StringIO()
+        rich.print(tree, file=text)
+        write_atomic(save_to, text.getvalue(), durable=False)
 

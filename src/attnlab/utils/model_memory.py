@@ -17,16 +17,23 @@ BYTES_PER_PARAMETER = 4 * 4  # float32 weights + gradients + AdamW exp_avg + exp
 
 def count_parameters(net_cfg: Any) -> int | None:
     """Parameters of the net a ``model.net`` config builds, counted on the meta device; None if it cannot be built
-    there (the real build then reports what is wrong)."""
+    there (the real build then reports what is wrong); a part's own refusal of its settings is raised."""
     import hydra
     import torch
 
     cfg = OmegaConf.to_container(net_cfg, resolve=True) if isinstance(net_cfg, DictConfig) else net_cfg
+    from ..errors import find_user_error
+
     try:
         with torch.device("meta"):
             net = hydra.utils.instantiate(cfg, _convert_="all")
         return sum(p.numel() for p in net.parameters())
-    except Exception:  # noqa: BLE001 - not this check's to report
+    except Exception as e:  # noqa: BLE001
+        # a part that refuses its settings (pos=rotary on the ViT's 2-D grid) says so here, before Lightning starts,
+        # rather than after the config tree and Lightning's start-up; anything else is the real build's to report
+        refused = find_user_error(e)
+        if refused is not None:
+            raise refused from None
         return None
 
 
@@ -57,19 +64,28 @@ def _size(n: float) -> str:
     return f"{n:.1f} PiB"
 
 
+def net_memory_problem(net: Any, accelerator: str | None, bytes_per_parameter: int = BYTES_PER_PARAMETER,
+                       what: str = "training needs", to_fix: str = "make the model smaller (model.net.d_model, "
+                       "n_layers, data.vocab_size)") -> str | None:
+    """One phrase if the net a ``model.net`` config builds needs more memory than there is (``bytes_per_parameter``
+    of each parameter: 16 to train with AdamW, 4 to hold float32 weights), else None; nothing is allocated."""
+    params = count_parameters(net)
+    if params is None:
+        return None
+    room = available_bytes(accelerator)
+    need = params * bytes_per_parameter
+    if room is None or need <= room[0]:
+        return None
+    return (f"model.net has {params:.3g} parameters: {what} {_size(need)}, more than the {_size(room[0])} of "
+            f"{room[1]}; {to_fix}")
+
+
 def memory_problem(cfg: DictConfig, resolved_net: dict | None = None) -> str | None:
     """One phrase if training the configured net needs more memory than there is, else None. ``resolved_net``:
     ``model.net`` already resolved (else it is resolved here)."""
     net = OmegaConf.select(cfg, "model.net")
     if not isinstance(net, DictConfig) or "_target_" not in net:
         return None
-    params = count_parameters(net if resolved_net is None else resolved_net)
-    if params is None:
-        return None
-    room = available_bytes(str(OmegaConf.select(cfg, "trainer.accelerator", default="cpu")))
-    need = params * BYTES_PER_PARAMETER
-    if room is None or need <= room[0]:
-        return None
-    return (f"model.net has {params:.3g} parameters: training needs {_size(need)} for its float32 weights, "
-            f"gradients and AdamW state, more than the {_size(room[0])} of {room[1]}; make the model smaller "
-            f"(model.net.d_model, n_layers, data.vocab_size)")
+    return net_memory_problem(net if resolved_net is None else resolved_net,
+                              str(OmegaConf.select(cfg, "trainer.accelerator", default="cpu")),
+                              what="training needs for its float32 weights, gradients and AdamW state")

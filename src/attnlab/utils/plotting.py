@@ -17,6 +17,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ..atomic_files import write_atomic
+
 __all__ = ["attention_heatmap_figure", "save_figure", "figure_to_array", "new_figure", "file_stem", "layer_order",
            "MAX_LABELED_TOKENS"]
 
@@ -142,12 +144,9 @@ def layer_order(name: str) -> tuple:
 
 def save_figure(fig: Figure, path: str | Path, dpi: float = 100) -> Path:
     """Write ``fig`` as a PNG at ``path`` (parent folders created); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if not isinstance(fig.canvas, FigureCanvasAgg):
         FigureCanvasAgg(fig)
-    fig.savefig(path, format="png", dpi=dpi)
-    return path
+    return write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=dpi), durable=False)
 
 
 def figure_to_array(fig: Figure) -> np.ndarray:

@@ -115,23 +115,34 @@ class SweepSummary(Callback):
             sys.exit(e.exit_code)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
-        files = sorted(sweep_dir.glob(f"*/{STATUS_FILE}"), key=lambda p: (len(p.parent.name), p.parent.name))
-        rows = [json.loads(f.read_text()) for f in files]
-        if not rows:
-            return
-        metric = config.get("optimized_metric") or "metric"
-        lines = [f"| job | overrides | status | {metric} / error |", "|---|---|---|---|"]
-        for r in rows:
-            value = r.get("value")
-            detail = r.get("error") or (f"{value:.4f}" if isinstance(value, float) else value)
-            lines.append(f"| {r['job']} | {' '.join(r['overrides'])} | {r['status']} | {detail} |")
-        failed = [r for r in rows if r["status"] == "failed"]
-        head = f"Sweep finished: {len(rows) - len(failed)} of {len(rows)} jobs completed, {len(failed)} failed"
-        text = head + "\n\n" + "\n".join(lines) + "\n"
-        (sweep_dir / "sweep_summary.md").write_text(text)
-        log.info(f"{text}(saved to {sweep_dir / 'sweep_summary.md'})")
-        for r in failed:
-            log.error(f"job {r['job']} ({' '.join(r['overrides'])}) failed: {r['error']}")
+        failed = write_summary(Path(config.hydra.sweep.dir), config.get("optimized_metric"))
         if failed and self.fail_exit_code:
             sys.exit(self.fail_exit_code)
+
+
+def write_summary(sweep_dir: Path, metric: str | None, stopped_by: str | None = None) -> int:
+    """Print and save ``<sweep dir>/sweep_summary.md`` from the jobs' ``job_status.json``; returns how many failed.
+    ``stopped_by``: the signal that stopped the sweep before its end (the jobs not listed were not started)."""
+    files = sorted(sweep_dir.glob(f"*/{STATUS_FILE}"), key=lambda p: (len(p.parent.name), p.parent.name))
+    rows = [json.loads(f.read_text()) for f in files]
+    if not rows:
+        return 0
+    lines = [f"| job | overrides | status | {metric or 'metric'} / error |", "|---|---|---|---|"]
+    for r in rows:
+        value = r.get("value")
+        detail = r.get("error") or (f"{value:.4f}" if isinstance(value, float) else value)
+        lines.append(f"| {r['job']} | {' '.join(r['overrides'])} | {r['status']} | {detail} |")
+    count = {status: sum(r["status"].startswith(status) for r in rows) for status in ("completed", "interrupted", "failed")}
+    if stopped_by:
+        head = (f"Sweep stopped by {stopped_by} after {len(rows)} job(s): {count['completed']} completed, "
+                f"{count['interrupted']} interrupted (resume= continues each), {count['failed']} failed; the jobs "
+                f"after job {rows[-1]['job']} were not started")
+    else:
+        head = f"Sweep finished: {len(rows) - count['failed']} of {len(rows)} jobs completed, {count['failed']} failed"
+    text = head + "\n\n" + "\n".join(lines) + "\n"
+    write_atomic(sweep_dir / "sweep_summary.md", text, durable=False)
+    log.info(f"{text}(saved to {sweep_dir / 'sweep_summary.md'})")
+    for r in rows:
+        if r["status"] == "failed":
+            log.error(f"job {r['job']} ({' '.join(r['overrides'])}) failed: {r['error']}")
+    return count["failed"]

@@ -533,7 +533,8 @@ def validate_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict:
     problems, resolved = _resolved_problems(cfg)
     if not problems:
         overrides = _as_typed(overrides)
-        problems = override_problems(cfg, overrides) + unread_problems(cfg, overrides) + cache_problems(cfg)
+        problems = override_problems(cfg, overrides) + unread_problems(cfg, overrides) + cache_problems(cfg) + \
+            logger_problems(cfg)
     if not problems:
         from .model_memory import memory_problem
 
@@ -686,3 +687,26 @@ def cache_problems(cfg: DictConfig) -> list[str]:
 
 
 MIN_FREE_BYTES = 1 << 20  # less than this on the cache's disk: not even a tokenizer fits
+
+# a logger class -> the packages it can write with (any one), and how to install them
+LOGGER_PACKAGES = {
+    "lightning.pytorch.loggers.tensorboard.TensorBoardLogger":
+        (("tensorboard", "tensorboardX"), "pip install -e \".[tensorboard]\" (or pip install tensorboard)"),
+}
+
+
+def logger_problems(cfg: DictConfig) -> list[str]:
+    """A chosen logger whose package is not installed (``logger=tensorboard`` after the README's install): named
+    with the command that installs it, before anything is built (Lightning would fail once the run had started)."""
+    import importlib.util
+
+    loggers = OmegaConf.select(cfg, "logger", default=None)
+    if not isinstance(loggers, DictConfig):
+        return []
+    out = []
+    for name, node in loggers.items():
+        target = node.get("_target_") if isinstance(node, DictConfig) else None
+        need = LOGGER_PACKAGES.get(str(target))
+        if need and not any(importlib.util.find_spec(p) is not None for p in need[0]):
+            out.append(f"logger={name} needs the {need[0][0]} package, which is not installed: {need[1]}")
+    return out

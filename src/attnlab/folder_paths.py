@@ -1,0 +1,93 @@
+"""Files stay in their folder: what a run, sweep or cache folder may hold, and what a path read from a file may name.
+
+Run and sweep folders are copied, shared and unpacked from others, so what they hold is input like any other. Two
+rules follow, each checked before anything is written:
+
+* **No link leads a writer out.** A folder the project writes into holds no symbolic link (to a file, to a folder,
+  dangling) outside the subfolders that belong to another program: W&B keeps links of its own under ``wandb/``
+  (``latest-run``, ``debug.log``, one into its cache) and replaces them by renaming, never writing through them. A
+  link found anywhere else is refused in one line (:func:`check_no_links`), and a single output file the project
+  writes (:func:`check_target`) is neither a link nor below one.
+* **A path read from a file is a name, not a place.** A checkpoint's callback state records its own files
+  (``best_model_path``, the top-k files, the journal of copies to make and files to remove). Such a value is used
+  only as a plain file name inside the folder it belongs to (:func:`name_in`); an absolute path elsewhere, a ``..``,
+  a URL or a name with a separator is refused, never acted on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from .errors import FolderError
+
+# subfolders another program writes, with links of its own that it replaces instead of writing through
+OTHER_PROGRAMS = ("wandb",)
+
+
+def plain_name(value: object) -> bool:
+    """A file name with no folder part: not empty, no separator, not ``.`` or ``..``, no URL scheme."""
+    if not isinstance(value, str) or not value or value in (".", ".."):
+        return False
+    return "/" not in value and "\\" not in value and "\0" not in value and ":" not in value
+
+
+def name_in(folder: str | Path, value: object) -> str | None:
+    """The plain file name ``value`` names directly inside ``folder`` (given as written: ``<folder>/<name>``, with
+    no ``..``, ``.`` or doubled separator), or None for anything else (another folder, a URL, a relative path)."""
+    if not isinstance(value, str) or not value:
+        return None
+    parent, sep, name = value.rpartition("/")
+    if not sep or parent != str(folder).rstrip("/") or not plain_name(name):
+        return None
+    return name
+
+
+def links_in(folder: str | Path, skip: Iterable[str] = OTHER_PROGRAMS) -> Iterator[Path]:
+    """Every symbolic link under ``folder`` (links are not followed), except below its top-level subfolders named in
+    ``skip``; such a subfolder that is itself a link is reported."""
+    folder = Path(folder)
+    skipped = set(skip)
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        here = Path(root)
+        for name in [*dirs, *files]:
+            path = here / name
+            if path.is_symlink():
+                yield path
+        if here == folder:
+            dirs[:] = [d for d in dirs if d not in skipped]
+        dirs[:] = [d for d in dirs if not (here / d).is_symlink()]
+
+
+def _describe(link: Path) -> str:
+    try:
+        target = os.readlink(link)
+    except OSError:
+        target = "?"
+    return f"{link} is a link (to {target})"
+
+
+def check_no_links(folder: str | Path, what: str) -> None:
+    """Refuse, in one line, a ``folder`` (``what``: "run folder", "sweep folder") that holds a link a writer could
+    follow out of it."""
+    for link in links_in(folder):
+        raise FolderError(f"{_describe(link)}: a {what} is written only through plain files and folders; replace "
+                          f"the link with the file itself, or remove it")
+
+
+def check_target(folder: str | Path, path: str | Path) -> Path:
+    """``path``, a file the project is about to write inside ``folder``: refused in one line if it, or a folder
+    between ``folder`` and it, is a link (a write there would land wherever the link points)."""
+    folder, path = Path(folder), Path(path)
+    try:
+        inner = path.relative_to(folder)
+    except ValueError:
+        raise FolderError(f"{path} is not inside {folder}: nothing is written outside the folder it belongs to") from None
+    current = folder
+    for part in inner.parts:
+        current = current / part
+        if current.is_symlink():
+            raise FolderError(f"{_describe(current)}: {path} is written only as a plain file inside {folder}; "
+                              f"remove the link")
+    return path
