@@ -13,6 +13,7 @@ command (refused before Lightning is imported: ~2-4 s of CPU each).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -51,6 +52,8 @@ def bad(tmp_path_factory) -> Path:
     (d / "a_folder.tsv").mkdir()
     (d / "empty.txt").write_bytes(b" \n\n")
     (d / "cifar_is_a_file").write_text("not a folder\n")
+    (d / "pairs.jsonl").write_text("".join(json.dumps({"en": f"one {i}", "fr": f"un {i}"}) + "\n" for i in range(40)))
+    (d / "broken.jsonl").write_text(json.dumps({"en": "a", "fr": "b"}) + '\n{"en": \n')
     write_tiny_cifar(d / "cifar_empty_batch", n_per_batch=10)
     (d / "cifar_empty_batch" / "data_batch_3").write_bytes(b"")
     # an LJSpeech folder whose second WAV was cut to half its bytes (an interrupted copy): libsndfile reads it
@@ -77,6 +80,13 @@ CASES = [
      "parallel corpus is a folder, not a file", ["{bad}/a_folder.tsv"]),
     ("tsv-path-not-given", ["model=transformer_mt", "data=tsv"],
      "data.path is not set: give it on the command line (data.path=...)", []),
+    # Hugging Face datasets from local files (data=hf)
+    ("hf-missing-column", ["model=transformer_mt", "data=hf", "data.path={bad}/pairs.jsonl", "data.hf.src_column=english",
+                           "data.hf.tgt_column=fr"],
+     "has no column 'english' for the source (data.hf.src_column); its columns: en, fr", ["{bad}/pairs.jsonl"]),
+    ("hf-broken-jsonl", ["model=transformer_mt", "data=hf", "data.path={bad}/broken.jsonl", "data.hf.src_column=en",
+                         "data.hf.tgt_column=fr"],
+     "datasets could not read", ["{bad}/broken.jsonl", "JSON parse error"]),
     # a language-model text (data=text_file)
     ("text-missing", ["model=causal_lm", "data=text_file", "data.path={bad}/nowhere.txt"],
      "text file not found", ["{bad}/nowhere.txt"]),
@@ -117,7 +127,7 @@ CASES = [
 # norm-placement-unknown: a part refusing its value when built, as image-size-mismatch does (its message is checked
 # in-process in tests/modules/test_parts_and_block.py).
 # the suite's 10-minute budget: one case per kind of refusal runs by default, the other points of a kind with -m slow
-SLOW = {"tsv-empty", "tsv-folder", "text-empty", "cifar-file-not-folder", "cifar-empty-batch", "norm-placement-unknown",
+SLOW = {"tsv-empty", "tsv-folder", "text-empty", "hf-broken-jsonl", "cifar-file-not-folder", "cifar-empty-batch", "norm-placement-unknown",
         "tsv-one-column", "tsv-not-utf8", "text-missing", "cifar-missing"}
 
 
@@ -136,7 +146,24 @@ def test_bad_input_is_one_line_and_exit_2(args, message, names, bad, tmp_path, c
     assert text.count(message) == 1, text[-3000:]  # said once, not also in a traceback or a wrapper's message
     for name in map(fill, names):
         assert name in errors[0], errors[0]
-    assert not (tmp_path / "run" / "checkpoints").exists()  # nothing was trained
+    assert not (tmp_path / "run").exists()  # refused before anything was written there: no folder left
+
+
+@pytest.mark.parametrize("full_error", ["0", "1"])
+@pytest.mark.parametrize("case", ["tsv-one-column", "hf-missing-column", "cifar-missing"])
+def test_bad_data_with_the_loggers_on_leaves_no_folder(case, full_error, bad, tmp_path, cache_dir):
+    """With a logger and the callbacks on (they write into the run folder once they start), and with the traceback
+    asked for: the data are read before either starts, so the refusal is exit 2 and no folder is left."""
+    (args, message, _), = [c[1:] for c in CASES if c[0] == case]
+    fill = lambda s: s.replace("{bad}", str(bad))  # noqa: E731
+    out = run_cli(["debug=fast", "logger=csv", *map(fill, args), f"hydra.run.dir={tmp_path}/run"], cache_dir,
+                  timeout=180, env={"HYDRA_FULL_ERROR": full_error})
+    text = ANSI.sub("", out.stdout)
+    assert out.returncode == 2, text[-3000:]
+    assert ("Traceback" in text) == (full_error == "1"), text[-3000:]
+    assert len([line for line in text.splitlines() if "ERROR" in line and message in line]) == 1, text[-3000:]
+    assert "CONFIG" in text  # (the config tree is printed first: the data cache may take minutes to build)
+    assert not (tmp_path / "run").exists()
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 import torch
+from cli_checks import one_error_line
 from helpers import compose_train, run_cli
 from omegaconf import OmegaConf
 
@@ -128,6 +129,17 @@ def test_a_part_that_refuses_its_setting_answers_before_lightning_starts(tmp_pat
     assert out.returncode == 2, out.stdout[-3000:]
     assert "pos=rotary is a 1-D sequence position; patches sit on a 2-D grid" in out.stdout
     assert "Seed set to" not in out.stdout and "CONFIG" not in out.stdout and "Traceback" not in out.stdout
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("override", "nearest"), [("+sed=1", "seed"), ("++presicion=bf16-mixed", "precision"),
+                                                  ("+zzz=1", None), ("+trainr.max_epochs=2", "trainer")])
+def test_a_new_top_level_key_is_refused_with_the_nearest_known_one(override, nearest, tmp_path):
+    out = run_cli([override, "debug=fast", f"hydra.run.dir={tmp_path}/run"], timeout=120)
+    assert out.returncode == 2, out.stdout[-3000:]
+    top = override.lstrip("+").split("=")[0].split(".")[0]
+    line = one_error_line(out.stdout, f"train.py has no key {top}")
+    assert (f"did you mean {nearest}?" in line) if nearest else ("did you mean" not in line)
     assert not (tmp_path / "run").exists()
 
 

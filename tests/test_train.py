@@ -214,8 +214,9 @@ def test_a_nan_stop_is_one_line_naming_the_checkpoint_that_exists(tmp_path, cach
     assert not list((tmp_path / "run").glob("checkpoints/*.ckpt"))
 
 
-def test_a_bad_data_file_found_inside_fit_is_one_line_and_a_traceback_on_request(tmp_path, cache_dir):
-    """The CIFAR-10 batches are read in the data module's setup, i.e. inside trainer.fit."""
+def test_a_bad_data_file_is_one_line_and_a_traceback_on_request(tmp_path, cache_dir):
+    """The CIFAR-10 batches are read in the data module's setup, before any logger or trainer exists: refused with
+    exit 2 and no folder left, the traceback added on request."""
     data = tmp_path / "cifar"
     data.mkdir()
     for name in (*[f"data_batch_{i}" for i in range(1, 6)], "test_batch", "batches.meta"):
@@ -224,5 +225,7 @@ def test_a_bad_data_file_found_inside_fit_is_one_line_and_a_traceback_on_request
     out = run_cli([*args, f"hydra.run.dir={tmp_path}/run"], cache_dir)
     assert out.returncode == 2, out.stdout[-3000:]
     one_error_line(out.stdout, f"malformed CIFAR-10 file {data}/data_batch_1")
+    assert not (tmp_path / "run").exists()
     full = run_cli([*args, f"hydra.run.dir={tmp_path}/run2"], cache_dir, env={"HYDRA_FULL_ERROR": "1"})
-    assert full.returncode == 1 and "Traceback" in full.stdout and "CIFAR10FormatError" in full.stdout
+    assert full.returncode == 2 and "Traceback" in full.stdout and "CIFAR10FormatError" in full.stdout
+    assert not (tmp_path / "run2").exists()

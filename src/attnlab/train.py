@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -160,10 +161,14 @@ def run(cfg: DictConfig, resolved: dict | None = None, stops: StageSignals | Non
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     model = build_model(config["model"], config.get("optim"), config.get("sched"))
     check_file_fits(model, cfg.get("ckpt_path"))  # ckpt_path=/resume= of other sizes or parts: one line, no logger yet
-    ckpt_file = cfg.get("ckpt_path") and Path(str(cfg.ckpt_path)).is_file()  # resume= sets ckpt_path too
-    if ckpt_file and _rank_zero() and hasattr(datamodule, "tokenizer"):  # before any logger or checkpoint is
-        # opened; the text datamodules' setup is idempotent (Lightning's own call then returns at once)
+    if _rank_zero():
+        # the data read (and the cache built) before any logger, checkpoint or trainer exists: a bad file is one line
+        # and the refused run leaves no folder; every data module's setup is idempotent (Lightning's own call then
+        # returns at once), and nothing between here and it draws from the random generators
+        datamodule.prepare_data()
         datamodule.setup("fit")
+    ckpt_file = cfg.get("ckpt_path") and Path(str(cfg.ckpt_path)).is_file()  # resume= sets ckpt_path too
+    if ckpt_file and _rank_zero() and hasattr(datamodule, "tokenizer"):
         resume.check_tokenizer(cfg.ckpt_path, datamodule, "resume" if cfg.get("resume") else "ckpt_path")
     prepare_loggers(cfg, net=config["model"].get("net"))
     if (cfg.get("logger") or {}).get("wandb"):  # the run's name, group and tags that prepare_loggers set
@@ -293,7 +298,9 @@ def _main(cfg: DictConfig) -> float | None:
         # a bad input (config, data, checkpoint), or a full disk under a writer not ours (Lightning's CSV logger, W&B's
         # files): one line, no traceback
         user_error = find_user_error(e) or disk_full(e, getattr(e, "filename", None) or job_dir, appended=True)
-        if user_error is not None and os.environ.get("HYDRA_FULL_ERROR") != "1":
+        if user_error is not None:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the traceback asked for; still a refusal (exit 2, no folder)
+                traceback.print_exception(e)
             log.error(one_line_message(user_error))
             if in_sweep:
                 write_job_status(job_dir, hc.overrides.task, error=user_error)

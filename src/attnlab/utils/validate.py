@@ -533,8 +533,8 @@ def validate_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict:
     problems, resolved = _resolved_problems(cfg)
     if not problems:
         overrides = _as_typed(overrides)
-        problems = override_problems(cfg, overrides) + unread_problems(cfg, overrides) + cache_problems(cfg) + \
-            logger_problems(cfg)
+        problems = new_key_problems(overrides) + override_problems(cfg, overrides) + \
+            unread_problems(cfg, overrides) + cache_problems(cfg) + logger_problems(cfg)
     if not problems:
         from .model_memory import memory_problem
 
@@ -623,6 +623,30 @@ def override_problems(cfg: DictConfig, overrides: Sequence[str]) -> list[str]:
             problems.append(f"{override}: {target} takes no argument {leaf!r} (its arguments: {shown})")
         elif op == "~" and leaf in required and not parent.get("_partial_"):
             problems.append(f"{override} removes {key}, which {target} needs")
+    return problems
+
+
+def new_key_problems(overrides: Sequence[str]) -> list[str]:
+    """``+sed=1``: a key added at the top of the config that train.py does not read (a typo of ``seed`` was
+    silently ignored); named with the nearest key it has. Keys under a known one (``+callbacks.x=...``) are the
+    groups' business (:func:`override_problems`)."""
+    import difflib
+
+    from ..paths import CONF_DIR
+
+    known = None
+    problems = []
+    for override in _as_typed(overrides):
+        if not override.startswith("+"):
+            continue
+        top = override.lstrip("+").split("=", 1)[0].split(".", 1)[0]
+        if known is None:
+            keys = OmegaConf.load(CONF_DIR / "train.yaml").keys()
+            known = {str(k) for k in keys if k != "defaults"} | {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
+        if top not in known:
+            near = difflib.get_close_matches(top, sorted(known), n=1)
+            hint = f"did you mean {near[0]}? " if near else ""
+            problems.append(f"{override}: train.py has no key {top}; {hint}(its keys: {', '.join(sorted(known))})")
     return problems
 
 
