@@ -155,6 +155,9 @@ def run(cfg: DictConfig, resolved: dict | None = None, stops: StageSignals | Non
 
     from .checkpoints import check_file_fits
 
+    from .utils.console import tidy_lightning_output, without_wandb_notices
+
+    tidy_lightning_output()
     config = OmegaConf.to_container(cfg, resolve=True) if resolved is None else resolved
     ddp.install()  # before the Trainer exists: DDP ranks re-run this job's saved config (see ddp.py)
     L.seed_everything(cfg.seed, workers=True)
@@ -184,6 +187,7 @@ def run(cfg: DictConfig, resolved: dict | None = None, stops: StageSignals | Non
     callbacks.append(stops)
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
+    without_wandb_notices(loggers)
     for lg in loggers:
         lg.experiment  # noqa: B018 - starts W&B's run (wandb.init adds its debug.log handler)
     watch_file_handlers()  # a full disk under W&B's folder: one line at the next batch, not a traceback per record
