@@ -39,7 +39,10 @@ class ClassificationTask(Task):
         if stage == "train":
             ce = F.cross_entropy(logits, batch["label"], label_smoothing=self.label_smoothing)
             acc = (logits.detach().argmax(-1) == batch["label"]).float().mean()
-            return StepOutput(ce, {"loss": ce, "acc": acc})
+            metrics = {"loss": ce, "acc": acc}
+            if self.label_smoothing:  # train/loss is smoothed: the plain one too, as val/loss is
+                metrics["nll"] = F.cross_entropy(logits.detach(), batch["label"])
+            return StepOutput(ce, metrics)
         loss = F.cross_entropy(logits, batch["label"])
         preds = logits.argmax(dim=-1)
         mean_loss, acc = getattr(self, f"{stage}_loss"), getattr(self, f"{stage}_acc")

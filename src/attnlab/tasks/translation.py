@@ -149,6 +149,8 @@ class TranslationTask(Task):
             scores = self(src, src_mask, tgt_in)
         loss = self._loss(scores, batch["tgt_out"], self.label_smoothing)
         metrics = {"loss": loss}
+        if self.label_smoothing:  # train/loss is smoothed (its floor is above 0): the plain one, as val/loss is
+            metrics["nll"] = self._loss(scores.detach(), batch["tgt_out"], 0.0)
         if self.sampling.schedule != "none":
             metrics["sampling_ratio"] = ratio
         return StepOutput(loss, metrics, batch_size=len(src))

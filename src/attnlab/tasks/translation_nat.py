@@ -43,9 +43,10 @@ class NATTranslationTask(TranslationTask):
         token_loss = self._loss(scores, batch["tgt_out"], self.label_smoothing)
         length_loss = F.cross_entropy(length_logits.float(), length_target)
         length_acc = (length_logits.argmax(-1) == length_target).float().mean()
-        return StepOutput(token_loss + self.length_loss_weight * length_loss,
-                          {"loss": token_loss, "length_loss": length_loss, "length_acc": length_acc},
-                          batch_size=len(batch["src"]))
+        metrics = {"loss": token_loss, "length_loss": length_loss, "length_acc": length_acc}
+        if self.label_smoothing:  # train/loss is smoothed: the plain one too, as val/loss is
+            metrics["nll"] = self._loss(scores.detach(), batch["tgt_out"], 0.0)
+        return StepOutput(token_loss + self.length_loss_weight * length_loss, metrics, batch_size=len(batch["src"]))
 
     @torch.no_grad()
     def translate_batch(self, src: Tensor, src_mask: Tensor, options: DecodingOptions | None = None) -> BeamResult:
