@@ -159,3 +159,32 @@ def test_top_p_one_and_top_k_zero_mean_no_filter(trained_ckpt):
 
 def test_trained_checkpoint_holds_plain_types_only(trained_ckpt):
     assert read_checkpoint(trained_ckpt)["task_class"].endswith("CausalLMTask")  # weights_only=True
+
+
+def test_many_samples_stream_in_batches_into_samples_txt(trained_ckpt, cache_dir, tmp_path):
+    """num_samples past batch_size: drawn batch by batch (never every prefix at once), every one written."""
+    run_dir = tmp_path / "gen"
+    proc = run_generate(f"ckpt={trained_ckpt}", "max_new_tokens=2", "num_samples=7", "batch_size=3",
+                        f"hydra.run.dir={run_dir}", cache_dir=cache_dir)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert proc.stdout.count("--- sample ") == 7 and "--- sample 6 ---" in proc.stdout
+    assert (run_dir / "samples.txt").read_text().count("-" * 80) == 6
+
+
+def test_progress_lines_say_how_far_and_how_long():
+    import logging
+
+    from attnlab.cli_input import Progress
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    log = logging.getLogger("attnlab.test_progress")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    progress = Progress(10, "samples", every_s=0.0, log=log)
+    for done in (3, 6, 10):  # the last is the end: no line for it
+        progress.update(done)
+    lines = [r.getMessage() for r in records]
+    assert [line.split(" (")[0] for line in lines] == ["samples: 3/10", "samples: 6/10"]
+    assert all("/s, ~" in line and "left)" in line for line in lines)

@@ -89,3 +89,8 @@ def test_bad_options_are_one_line(tmp_path, cache_dir):
 
 def test_missing_input_file_is_one_line(tmp_path, cache_dir):
     one_line_error(translate(tmp_path, cache_dir, f"input={tmp_path / 'none.txt'}"), "input file not found")
+
+
+def test_a_beam_wider_than_the_vocabulary_is_one_line(tmp_path, cache_dir):
+    proc = translate(tmp_path, cache_dir, "beam_size=100000", stdin="twenty-one\n")
+    one_line_error(proc, "beam_size=100000 is wider than this model's vocabulary")

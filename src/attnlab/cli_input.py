@@ -6,7 +6,10 @@ UTF-8 is named by its line number instead of a ``UnicodeDecodeError`` traceback.
 from __future__ import annotations
 
 import codecs
+import datetime
+import logging
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -130,3 +133,23 @@ def read_lines(source: str | Path | None, input_errors: str = "strict") -> tuple
             raise InputError(f"{name} line {number} is not valid UTF-8 (byte 0x{line[e.start]:02x} at column "
                              f"{e.start + 1}); fix the encoding or pass input_errors=replace") from None
     return lines, name
+
+
+class Progress:
+    """One log line (stderr) every ``every_s`` seconds while a long piece of work runs: ``what`` done of ``total``,
+    the rate, the time left. Work that ends sooner prints nothing."""
+
+    def __init__(self, total: int, what: str, every_s: float = 10.0, log: logging.Logger | None = None):
+        self.total, self.what, self.every_s = total, what, every_s
+        self.log = log or logging.getLogger("attnlab")
+        self.start = self.last = time.monotonic()
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every_s or done >= self.total:
+            return
+        self.last = now
+        rate = done / max(now - self.start, 1e-9)
+        left = (self.total - done) / rate if rate > 0 else float("inf")
+        shown = str(datetime.timedelta(seconds=round(left))) if left != float("inf") else "?"
+        self.log.info(f"{self.what}: {done}/{self.total} ({rate:.3g}/s, ~{shown} left)")

@@ -8,6 +8,7 @@ the checkpoint is read; a bad one is one line naming it (exit 2). ``ckpt_path=``
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import hydra
@@ -17,7 +18,7 @@ from omegaconf import DictConfig
 
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 from .checkpoints import load_task as load_checkpoint
-from .cli_input import DEVICE_HELP, check, is_device, is_int, is_seed
+from .cli_input import DEVICE_HELP, Progress, check, is_device, is_int, is_seed
 from .data.tokenizer import BPETokenizer
 from .decoding.options import SamplingOptions
 from .errors import OptionError, one_line_errors
@@ -34,14 +35,27 @@ def load_task(ckpt_path: str | Path, device: str = "cpu"):
 
 
 def sample_texts(task, tokenizer: BPETokenizer, prompt: str, options: SamplingOptions, *, num_samples: int,
-                 use_cache: bool = True, seed: int = 0) -> list[str]:
+                 use_cache: bool = True, seed: int = 0, batch_size: int = 64) -> list[str]:
+    """``num_samples`` continuations of ``prompt`` as a list (:func:`iter_samples`)."""
+    return list(iter_samples(task, tokenizer, prompt, options, num_samples=num_samples, use_cache=use_cache,
+                             seed=seed, batch_size=batch_size))
+
+
+def iter_samples(task, tokenizer: BPETokenizer, prompt: str, options: SamplingOptions, *, num_samples: int,
+                 use_cache: bool = True, seed: int = 0, batch_size: int = 64) -> Iterator[str]:
     """``num_samples`` continuations of ``prompt``, sampled as ``options`` say (``max_new_tokens``, ``temperature``,
-    ``top_k``, ``top_p``)."""
+    ``top_k``, ``top_p``), ``batch_size`` at a time from one generator, each batch yielded as soon as it is drawn,
+    with a progress line every few seconds: ``num_samples=100000000`` streams instead of allocating every prefix
+    at once."""
     ids = tokenizer.encode(prompt) or [tokenizer.eos_id]
-    prefix = torch.tensor([ids] * num_samples, device=task.device)
     gen = torch.Generator(device=task.device).manual_seed(seed)
-    out = task.sample(prefix, options, use_cache=use_cache, generator=gen, vocab_size=tokenizer.vocab_size)
-    return [tokenizer.decode(row.tolist()) for row in out]
+    progress = Progress(num_samples, "samples", log=log)
+    for start in range(0, num_samples, batch_size):
+        n = min(batch_size, num_samples - start)
+        prefix = torch.tensor([ids] * n, device=task.device)
+        out = task.sample(prefix, options, use_cache=use_cache, generator=gen, vocab_size=tokenizer.vocab_size)
+        yield from (tokenizer.decode(row.tolist()) for row in out)
+        progress.update(start + n)
 
 
 def checkpoint_option(cfg: DictConfig) -> str:
@@ -62,6 +76,7 @@ def check_options(cfg: DictConfig) -> SamplingOptions:
     check(cfg, "prompt", lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool),
           "text (quote it: prompt='\"The for statement\"')")
     check(cfg, "num_samples", lambda v: is_int(v) and v >= 1, "an integer >= 1")
+    check(cfg, "batch_size", lambda v: is_int(v) and v >= 1, "an integer >= 1")
     options = SamplingOptions.from_config(cfg)
     check(cfg, "use_cache", lambda v: isinstance(v, bool), "true or false")
     check(cfg, "seed", is_seed, "an integer from -2**63 to 2**64 - 1")
@@ -77,13 +92,14 @@ def _main(cfg: DictConfig) -> None:
         ckpt = checkpoint_option(cfg)
         options = check_options(cfg)
         task, tokenizer = load_task(ckpt, cfg.device)
-        texts = sample_texts(task, tokenizer, str(cfg.prompt), options, num_samples=cfg.num_samples,
-                             use_cache=cfg.use_cache, seed=cfg.seed)
+        texts = iter_samples(task, tokenizer, str(cfg.prompt), options, num_samples=cfg.num_samples,
+                             use_cache=cfg.use_cache, seed=cfg.seed, batch_size=cfg.batch_size)
         out = Path(HydraConfig.get().runtime.output_dir) / "samples.txt"
-        sep = "\n" + "-" * 80 + "\n"
-        out.write_text(sep.join(texts) + "\n")
-        for i, t in enumerate(texts):
-            print(f"--- sample {i} ---\n{t}")
+        sep = "-" * 80 + "\n"
+        with open(out, "w", encoding="utf-8") as f:  # (this command's new run folder) each sample as it comes
+            for i, t in enumerate(texts):
+                f.write((sep if i else "") + t + "\n")
+                print(f"--- sample {i} ---\n{t}", flush=True)
         log.info(f"samples written to {out}")
 
 

@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 from .checkpoints import load_task
-from .cli_input import DEVICE_HELP, check, check_output, is_device, is_int, read_lines, write_output
+from .cli_input import DEVICE_HELP, Progress, check, check_output, is_device, is_int, read_lines, write_output
 from .decoding.options import DecodingOptions
 from .errors import CheckpointError, InputError, InputTooLongError, OptionError, one_line_errors
 from .hydra_errors import one_line_hydra_errors
@@ -89,6 +89,7 @@ def translate_all(task, lines: list[str], options: DecodingOptions, *, batch_siz
             ids[i] = seq[: max_src - extra]
             out.truncated.append(i + 1)
         todo.append(i)
+    progress = Progress(len(todo), "translated lines", log=log)
     for start in range(0, len(todo), batch_size):
         chunk = todo[start : start + batch_size]
         src, mask = _batch(task, [ids[i] for i in chunk])
@@ -96,7 +97,18 @@ def translate_all(task, lines: list[str], options: DecodingOptions, *, batch_siz
         for b, i in enumerate(chunk):
             out.hyps[i] = [(decode_text(task.tokenizer, t), float(res.scores[b, r]))
                            for r, t in enumerate(res.tokens[b])]
+        progress.update(start + len(chunk))
     return out
+
+
+def check_beam(task, options: DecodingOptions) -> None:
+    """A beam wider than the model's vocabulary holds no more distinct hypotheses at the first step and costs
+    beam_size model rows per sentence at every step (``beam_size=100000`` ran for hours): refused in one line."""
+    vocab = getattr(task.net, "vocab_size", None) or getattr(task.tokenizer, "vocab_size", None)
+    if isinstance(vocab, int) and options.beam_size > vocab:
+        raise OptionError(f"beam_size={options.beam_size} is wider than this model's vocabulary ({vocab} tokens): "
+                          f"a beam holds at most that many different first tokens; choose beam_size <= {vocab} "
+                          f"(1 = greedy, 5 is usual)")
 
 
 def translate_lines(task, lines: list[str], options: DecodingOptions | None = None, *,
@@ -156,6 +168,7 @@ def _translate(cfg: DictConfig) -> None:
     if not any(lines):
         raise InputError(f"no input sentences in {name} (give input=<file> or pipe text into stdin)")
     task, _ = load_task(cfg.ckpt, "attnlab.tasks.translation.TranslationTask", "translation", cfg.device)
+    check_beam(task, options)
     result = translate_all(task, lines, options, batch_size=cfg.batch_size, on_too_long=cfg.on_too_long)
     text = format_translations(result, cfg.n_best)
     if cfg.output:
