@@ -27,7 +27,7 @@ from attnlab import run_folder
 from attnlab.atomic_files import temporary_name, write_atomic
 from attnlab.callbacks.run_checkpoint import _in_this_folder
 from attnlab.checkpoints import check_callback_paths
-from attnlab.errors import CheckpointError, FolderError
+from attnlab.errors import CheckpointError, CorpusError
 from attnlab.explorer.record import ExplorerRecord
 from attnlab.explorer.page import page_html, write_page
 from attnlab.paths import CONF_DIR
@@ -314,3 +314,16 @@ def test_a_checkpoint_whose_model_would_not_fit_in_memory_is_one_line(key, finis
     assert out.returncode == 2, out.stdout[-3000:]
     line = one_error_line(out.stdout, "parameters: its float32 weights need")
     assert str(path) in line and "more than the" in line
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# a corpus list names files of its own folder
+# ----------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("uid", ["../../outside", "/etc/passwd", "sub/u1", "..", "file:///etc/passwd"])
+def test_an_ljspeech_id_that_is_a_path_is_one_line(uid, tmp_path):
+    from attnlab.data.ljspeech import read_metadata
+
+    (tmp_path / "wavs").mkdir()
+    (tmp_path / "metadata.csv").write_text(f"u0|fine|fine\n{uid}|text|text\n", encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"metadata.csv:2: the id .* is not a plain file name"):
+        read_metadata(tmp_path)

@@ -1,17 +1,19 @@
-"""Files stay in their folder: what a run, sweep or cache folder may hold, and what a path read from a file may name.
+"""Files stay in their folder: what a run folder may hold, and what a path read from a file may name.
 
 Run and sweep folders are copied, shared and unpacked from others, so what they hold is input like any other. Two
-rules follow, each checked before anything is written:
+rules follow, each checked before anything is written (the data cache is this machine's own: a link there, to a
+bigger disk say, is the user's and is followed):
 
 * **No link leads a writer out.** A folder the project writes into holds no symbolic link (to a file, to a folder,
   dangling) outside the subfolders that belong to another program: W&B keeps links of its own under ``wandb/``
   (``latest-run``, ``debug.log``, one into its cache) and replaces them by renaming, never writing through them. A
-  link found anywhere else is refused in one line (:func:`check_no_links`), and a single output file the project
-  writes (:func:`check_target`) is neither a link nor below one.
+  link found anywhere else is refused in one line (:func:`check_no_links`); a single output file is written through
+  :func:`attnlab.atomic_files.write_atomic`, whose rename replaces a link at its name instead of following it.
 * **A path read from a file is a name, not a place.** A checkpoint's callback state records its own files
-  (``best_model_path``, the top-k files, the journal of copies to make and files to remove). Such a value is used
-  only as a plain file name inside the folder it belongs to (:func:`name_in`); an absolute path elsewhere, a ``..``,
-  a URL or a name with a separator is refused, never acted on.
+  (``best_model_path``, the top-k files, the journal of copies to make and files to remove), a corpus list its
+  files. Such a value is used only as a plain file name inside the folder it belongs to (:func:`name_in`,
+  :func:`plain_name`); an absolute path elsewhere, a ``..``, a URL or a name with a separator is refused, never acted
+  on.
 """
 
 from __future__ import annotations
@@ -74,20 +76,3 @@ def check_no_links(folder: str | Path, what: str) -> None:
     for link in links_in(folder):
         raise FolderError(f"{_describe(link)}: a {what} is written only through plain files and folders; replace "
                           f"the link with the file itself, or remove it")
-
-
-def check_target(folder: str | Path, path: str | Path) -> Path:
-    """``path``, a file the project is about to write inside ``folder``: refused in one line if it, or a folder
-    between ``folder`` and it, is a link (a write there would land wherever the link points)."""
-    folder, path = Path(folder), Path(path)
-    try:
-        inner = path.relative_to(folder)
-    except ValueError:
-        raise FolderError(f"{path} is not inside {folder}: nothing is written outside the folder it belongs to") from None
-    current = folder
-    for part in inner.parts:
-        current = current / part
-        if current.is_symlink():
-            raise FolderError(f"{_describe(current)}: {path} is written only as a plain file inside {folder}; "
-                              f"remove the link")
-    return path

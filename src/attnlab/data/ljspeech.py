@@ -18,6 +18,7 @@ import numpy as np
 
 from ..audio.wav import read_wav, write_wav
 from ..errors import AudioFileError, CorpusError
+from ..folder_paths import plain_name
 
 METADATA = "metadata.csv"
 
@@ -48,6 +49,8 @@ def read_metadata(folder: str | Path) -> list[Entry]:
         fields = line.split("|")
         if len(fields) < 2 or not fields[0] or not fields[-1].strip():
             raise CorpusError(f"{meta}:{n}: expected 'id|text|normalized text', got {line[:80]!r}")
+        if not plain_name(fields[0]):  # the id names a file of wavs/: never a path out of the corpus folder
+            raise CorpusError(f"{meta}:{n}: the id {fields[0][:80]!r} is not a plain file name (wavs/<id>.wav)")
         text = fields[2] if len(fields) >= 3 and fields[2].strip() else fields[1]
         entries.append(Entry(fields[0], text.strip(), folder / "wavs" / f"{fields[0]}.wav"))
     if not entries:
