@@ -95,6 +95,9 @@ def test_the_explorer_page_holds_the_epochs_audio_and_plays_it(tts_run):
         with open_page(browser, out / "attention" / "explorer.html") as opened:
             assert audio_duration(opened.page) == pytest.approx(len(page_audio) / 16000, abs=0.01)
             assert "free-running" in opened.page.text_content("#audio-caption")
+            # the training page's map is teacher-forced, its audio free-running: it says which is which
+            assert "teacher-forced" in opened.page.text_content("#map-mode")
+            assert "free-running" in opened.page.text_content("#audio-mode")
             assert opened.errors == []
 
 

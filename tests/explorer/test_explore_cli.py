@@ -201,13 +201,17 @@ def check_in_browser(b, path, data):
         page = opened.page
         name = page.input_value("#module")
         page.select_option("#head", "0")
-        page.keyboard.press("ArrowDown")  # query 1 (the arrow keys move the query in every family)
+        first = int(page.get_attribute("#readout", "data-query"))  # the page opens on a content query
+        page.keyboard.press("ArrowDown")  # the next query (the arrow keys move the query in every family)
         w = dequantize(data["epochs"][0]["maps"][name])[0]
-        w = w[min(1, w.shape[0] - 1)]
+        w = w[min(first + 1, w.shape[0] - 1)]
         shown = [float(x) for x in page.get_attribute("#readout", "data-row").split(",")]
         assert shown == pytest.approx(w.tolist(), abs=6e-5)
         if data["view"]["family"] == "speech":  # the synthesized audio plays: the browser decodes its length
             assert audio_duration(page) == pytest.approx(check_audio(data["epochs"][0]["audio"]), abs=0.01)
+            # what it spoke is free-running, and so is the map: the page says both
+            assert "free-running" in page.text_content("#map-mode")
+            assert "free-running" in page.text_content("#audio-mode")
         assert opened.errors == [] and opened.requests == [path.as_uri()], (opened.errors, opened.requests)
 
 

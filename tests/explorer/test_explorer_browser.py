@@ -11,6 +11,8 @@ page logs no console error and requests nothing but itself.
 
 from __future__ import annotations
 
+import re
+
 import hydra
 import lightning as L
 import pytest
@@ -149,3 +151,46 @@ def test_page_shows_the_captured_rows(browser, family_page):
         assert page.input_value("#head") == thumb.get_attribute("data-head")
         assert opened.errors == []
         assert opened.requests == [path.as_uri()], opened.requests  # itself only: scripts, styles, image inline
+
+
+# the image drawn as the page draws it, and the plain canvas's pixel at the centre of every patch but the query's
+PLAIN_PIXELS = """([n, q]) => new Promise((ok) => {
+    const c = document.getElementById('plain-canvas'), img = new Image();
+    img.onload = () => {
+        const ref = document.createElement('canvas'), g = ref.getContext('2d');
+        ref.width = c.width; ref.height = c.height; g.imageSmoothingEnabled = false;
+        g.drawImage(img, 0, 0, c.width, c.height);
+        const cell = c.width / n, at = (cv, i) => Array.from(cv.getContext('2d').getImageData(
+            Math.floor((i % n + 0.5) * cell), Math.floor((Math.floor(i / n) + 0.5) * cell), 1, 1).data);
+        const out = [];
+        for (let i = 0; i < n * n; i++) if (i !== q) out.push([at(c, i), at(ref, i)]);
+        ok(out);
+    };
+    img.src = JSON.parse(document.getElementById('attnlab-data').textContent).view.image;
+})"""
+
+
+def test_page_opens_on_the_last_layer_and_a_content_query(browser, family_page):
+    """What a person sees first: the deepest layer (an encoder-decoder's last cross-attention; the ViT's last layer,
+    not the rollout) and a query with content: a token that is not <bos>/<eos>/punctuation, or the ViT's centre patch
+    (not the class token), its image shown as it is beside the weighted one."""
+    family, path, snaps = family_page
+    names = sorted((n for n in snaps[0] if n != "rollout"), key=natural_key)
+    cross = [n for n in names if "cross" in n]
+    want = (cross or names)[-1]
+    with open_page(browser, path, width=1400, height=900) as opened:
+        page = opened.page
+        assert page.input_value("#module") == want
+        q = int(page.get_attribute("#readout", "data-query"))
+        data = page.evaluate("() => JSON.parse(document.getElementById('attnlab-data').textContent)")
+        if family == "vit":
+            grid, prefix = data["view"]["grid"], data["view"].get("prefix", 0)
+            assert q == prefix + (grid // 2) * grid + grid // 2  # the centre patch
+            assert page.is_visible("#plain-canvas") and page.is_visible("#image-canvas")
+            pixels = page.evaluate(PLAIN_PIXELS, [grid, q - prefix])
+            assert all(shown == drawn for shown, drawn in pixels), pixels  # undimmed: the image itself
+        else:
+            module = next(m for m in data["modules"] if m["name"] == want)
+            label = module["queries"][q]
+            assert not re.fullmatch(r"<\w+>|\W*", label), (q, label)  # a word, not <bos>, <eos> or punctuation
+        assert opened.errors == []

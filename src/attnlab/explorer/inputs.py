@@ -112,7 +112,8 @@ def vision(task, ckpt: dict, image: Any, title: str) -> ExplorerRecord:
     sample = AttentionSample({"images": images}, labels, labels)
     maps = _capture(task, sample.inputs)
     pred = getattr(task, "_sample_pred", None)
-    view = image_view(maps, x, grid, prefix, net.pool, f"{path.name}, predicted class {pred}")
+    view = image_view(maps, x, grid, prefix, net.pool, f"{path.name}, predicted class {pred}",
+                      patch=getattr(task, "attention_patch", None))
     return _record(title, ckpt, maps, sample, view)
 
 
@@ -139,7 +140,8 @@ def speech(task, ckpt: dict, text: Any, title: str, griffin_lim_iters: int = 32,
     wave = MelExtractor(task.mel_cfg).griffin_lim(gen.mel[0, :n].cpu(), n_iter=griffin_lim_iters, seed=seed)
     guided = getattr(task, "guided", {}) or {}
     view = speech_view(guided.get("sigma") if guided.get("enabled", True) else None, wave, task.mel_cfg.sample_rate,
-                       f"{str(text)!r}: free-running, Griffin-Lim ({griffin_lim_iters} iterations)")
+                       f"{str(text)!r}: free-running, Griffin-Lim ({griffin_lim_iters} iterations)",
+                       maps="free-running")
     return _record(title, ckpt, maps, sample, view)
 
 

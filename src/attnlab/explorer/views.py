@@ -62,23 +62,39 @@ def audio_note(wave: Tensor | np.ndarray, sample_rate: int, caption: str) -> dic
 
 
 def image_view(maps: dict[str, Tensor], image: Tensor, grid: int, prefix: int, pool: str,
-               caption: str = "", patch_px: float = 1.0) -> dict[str, Any]:
-    """The ViT's page: the image, its patch grid, and the rollout through every layer as one more map."""
+               caption: str = "", patch_px: float = 1.0, patch: int | None = None) -> dict[str, Any]:
+    """The ViT's page: the image, its patch grid, and the rollout through every layer as one more map.
+    ``patch``: the query patch the page opens on (row-major, the prefix not counted; the task's
+    ``attention_patch``, the one its PNGs draw); None: the centre patch."""
     from ..analysis.rollout import attention_rollout
     from .record import natural_key
 
     names = sorted(maps, key=natural_key)
     rollout = attention_rollout([maps[n][:1].float() for n in names])[:, None]  # (1, 1, T, T)
-    return {"family": "image", "image": png_data_uri(image), "grid": int(grid), "prefix": int(prefix),
-            "pool": pool, "patch_px": float(patch_px), "whole": True, "maps": {"rollout": rollout}, "epoch": {"caption": caption}}
+    grid = int(grid)
+    patch = (grid // 2) * grid + grid // 2 if patch is None else int(patch)
+    return {"family": "image", "image": png_data_uri(image), "grid": grid, "prefix": int(prefix),
+            "pool": pool, "patch_px": float(patch_px), "patch": patch, "whole": True, "maps": {"rollout": rollout},
+            "epoch": {"caption": caption}}
+
+
+SPEECH_MAPS = ("teacher-forced", "free-running")
 
 
 def speech_view(guide_sigma: float | None = None, wave: Tensor | None = None, sample_rate: int | None = None,
-                caption: str = "") -> dict[str, Any]:
+                caption: str = "", *, maps: str) -> dict[str, Any]:
     """The TTS page: the cross-attention only (what the PNG callback draws; the decoder's frames x frames
     self-attention would be most of the page's size), whole (every frame), the guide's width, and the audio (of
-    this epoch: the slider plays each epoch's) when there is some."""
-    view: dict[str, Any] = {"family": "speech", "whole": True, "keep": "cross_attn"}
+    this epoch: the slider plays each epoch's) when there is some.
+
+    ``maps``: how the decoder ran when the maps were captured, which the page says above the map: "teacher-forced"
+    (a training run's maps: the decoder reads the utterance's recorded frames) or "free-running" (it reads its own,
+    as when it speaks: ``python -m attnlab.explore``). The page's audio is always free-running (a synthesis) and
+    says so: a training page's map and audio come from two different runs of the decoder."""
+    if maps not in SPEECH_MAPS:
+        raise ValueError(f"maps={maps!r}: one of {', '.join(SPEECH_MAPS)}")
+    view: dict[str, Any] = {"family": "speech", "whole": True, "keep": "cross_attn", "maps_mode": maps,
+                            "audio_mode": "free-running"}
     if guide_sigma is not None:
         view["guide_g"] = float(guide_sigma)
     if wave is not None and sample_rate:

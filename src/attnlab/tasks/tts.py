@@ -210,10 +210,13 @@ class TTSTask(Task):
         return self.net(text, text_lengths, mel, mel_lengths)
 
     def explorer_view(self, maps: dict[str, Tensor], sample: AttentionSample) -> dict:
-        """The explorer page's speech view: every frame, and the guide's width (attnlab.explorer)."""
+        """The explorer page's speech view: every frame, and the guide's width (attnlab.explorer); the maps are
+        teacher-forced (``attention_forward`` feeds the decoder the utterance's recorded frames), the audio the
+        callback adds is the listening sample's free-running synthesis: the page labels each."""
         from ..explorer.views import speech_view
 
-        return speech_view(self.guided.get("sigma") if self.guided.get("enabled", True) else None)
+        return speech_view(self.guided.get("sigma") if self.guided.get("enabled", True) else None,
+                           maps="teacher-forced")
 
     def render_attention(self, maps: dict[str, Tensor], sample: AttentionSample) -> list[AttentionFigure]:
         """Teacher-forced cross-attention of every decoder layer, one panel per head, uncropped: characters across,

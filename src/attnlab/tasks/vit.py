@@ -107,7 +107,7 @@ class ImageClassificationTask(ClassificationTask):
         caption = f"label {name_of(int(label))}" + (
             f", predicted {name_of(self._sample_pred)}" if self._sample_pred is not None else "")
         return image_view(maps, display, self.net.grid, self.net.prefix, self.net.pool, caption,
-                          patch_px=self.net.patch_size)
+                          patch_px=self.net.patch_size, patch=self.attention_patch)
 
     def render_attention(self, maps: dict[str, Tensor], sample: AttentionSample) -> list[AttentionFigure]:
         """Draw the captured attention over the sample image (called by AttentionMapCallback, which saves them).
