@@ -20,6 +20,9 @@ HIDDEN = ("FLOPs",)
 
 
 class ModelSummary(LightningModelSummary):
+    def __init__(self, max_depth: int = 1) -> None:  # (no **kwargs: an argument it does not take is refused)
+        super().__init__(max_depth=max_depth)
+
     @staticmethod
     def summarize(summary_data: list[tuple[str, list[str]]], total_parameters: int, trainable_parameters: int,
                   model_size: float, total_training_modes: dict[str, int], total_flops: int = 0,

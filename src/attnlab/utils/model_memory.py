@@ -15,7 +15,32 @@ from omegaconf import DictConfig, OmegaConf
 BYTES_PER_PARAMETER = 4 * 4  # float32 weights + gradients + AdamW exp_avg + exp_avg_sq
 
 
+# layer counts above this are not built even on the meta device (a module object per layer: n_layers=10**8 took
+# minutes and gigabytes): the count is extrapolated from nets of two and three layers (parameters are affine in each)
+BUILT_UP_TO_LAYERS = 64
+
+
 def count_parameters(net_cfg: Any) -> int | None:
+    """Parameters of the net a ``model.net`` config builds (see :func:`_count_built`); a net of very many layers is
+    counted from small ones of the same widths, without building it."""
+    cfg = OmegaConf.to_container(net_cfg, resolve=True) if isinstance(net_cfg, DictConfig) else dict(net_cfg)
+    deep = {k: v for k, v in cfg.items() if k.endswith("layers") and isinstance(v, int) and not isinstance(v, bool)}
+    if not deep or max(deep.values()) <= BUILT_UP_TO_LAYERS:
+        return _count_built(cfg)
+    small = {k: 2 for k in deep}  # (not 1: a stack's first and last layers may differ, as the TTS postnet's do)
+    base = _count_built({**cfg, **small})
+    if base is None:
+        return None
+    total = base
+    for key, n in deep.items():
+        more = _count_built({**cfg, **small, key: 3})
+        if more is None:
+            return None
+        total += (more - base) * (n - 2)
+    return total
+
+
+def _count_built(net_cfg: Any) -> int | None:
     """Parameters of the net a ``model.net`` config builds, counted on the meta device; None if it cannot be built
     there (the real build then reports what is wrong); a part's own refusal of its settings is raised."""
     import hydra
