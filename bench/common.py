@@ -51,14 +51,14 @@ def alternate(sides: dict[str, Callable[[], object]], *, repeats: int, warmup: i
 
 
 def choose_threads(requested: int | None) -> tuple[int, str]:
-    """Intra-op threads for the whole bench, and why (printed with the machine facts)."""
-    cores = os.cpu_count() or 1
+    """Intra-op threads for the whole bench, and why (printed with the machine facts): train.py's rule, the cores
+    other processes leave free (attnlab.utils.threads)."""
     if requested:
         return requested, "--threads"
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if load > cores / 2:
-        return 1, f"load average {load:.1f} on {cores} cores: other processes hold the cores"
-    return torch.get_num_threads(), f"load average {load:.1f}: torch's default"
+    from attnlab.utils.threads import choose, read_machine
+
+    choice = choose(read_machine(), env=os.environ.get("OMP_NUM_THREADS"), option="--threads N")
+    return choice.threads, choice.why
 
 
 def median(xs: list[float]) -> float:

@@ -115,6 +115,9 @@ def upgrade_net_config(net: Any) -> Any:
 # a class or function that moved: a run folder's saved config names it where it was (resume= compares it, the
 # claims build from it)
 MOVED_TARGETS = {"attnlab.data.hf_source.hf_datamodule": "attnlab.families.hf_datamodule"}
+# a class conf/ no longer names though it still exists, and what builds that part now: callbacks.rich_progress_bar
+# (Rich's bar on a terminal, else log lines)
+REPLACED_TARGETS = {"lightning.pytorch.callbacks.RichProgressBar": "attnlab.callbacks.progress.progress_display"}
 # arguments a class no longer takes: a saved config that names them drops them. The image and speech data modules
 # took vocab_size and seq_len only to ignore them, because debug=fast set those on every data option; a debug run
 # saved then still resumes (resume= compares every data key) and builds.
@@ -145,6 +148,8 @@ def upgrade_targets(config: Any) -> Any:
                 continue
             if key == "_target_" and isinstance(value, str) and value in MOVED_TARGETS:
                 node[key] = MOVED_TARGETS[value]
+            elif key == "_target_" and isinstance(value, str) and value in REPLACED_TARGETS:
+                node[key] = REPLACED_TARGETS[value]
             elif isinstance(value, (MutableMapping, MutableSequence)) and not isinstance(value, str):
                 stack.append(value)
     return config

@@ -10,3 +10,4 @@ RNN_ATTENTIONS = ("none", *RNN_ATTENTION_KINDS)  # model.attention of the RNN se
 ENCODERS = ("rnn", "cnn", "attention")  # model.encoder of the sequence classifier
 SCHEDULES = ("none", "constant", "linear", "exponential", "inverse_sigmoid")  # model.scheduled_sampling.schedule
 TARGET_LANGS = ("fr", "de")  # data.target_lang of data=numbers
+PROGRESS_STYLES = ("auto", "bar", "lines")  # callbacks.rich_progress_bar.style (callbacks/progress.py)

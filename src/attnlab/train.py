@@ -27,7 +27,9 @@ from .errors import CheckpointWriteError, ConfigError, NonFiniteLossError, find_
 from .log_file import raise_if_failed, watch_file_handlers
 from .paths import CONF_DIR
 from .quoting import shell_override
+from .utils import threads
 from .utils.hardware import slow_bf16_warning
+from .utils.run_summary import summary_lines
 from .utils.sweep import WANDB_TAG_MAX, one_line, setting_name, setting_overrides, write_job_status, write_summary
 from .utils.config import auto_tags, check_block_groups, flatten, print_config_tree, used_groups
 from .utils.validate import validate_config
@@ -319,6 +321,8 @@ def _main(cfg: DictConfig) -> float | None:
         return float("nan")
     if in_sweep and _rank_zero():
         write_job_status(job_dir, hc.overrides.task, value=value)
+    if not in_sweep and _rank_zero():  # the last lines: where everything is, what to run next
+        log.info("\n".join(summary_lines(cfg, job_dir, hc.overrides.task)))
     if in_sweep and _late_stop:
         _stop_sweep(cfg, _late_stop)
     return value
@@ -382,8 +386,11 @@ def train_job(cfg: DictConfig, hc) -> float | None:
     slow = slow_bf16_warning(cfg.trainer.get("precision"), cfg.trainer.get("accelerator", "auto"))
     if slow:
         log.warning(slow)
+    # after every refusal (torch is imported here, a refusal before it answers sooner), before any thread starts
+    chosen = threads.apply(resolved.get("threads", "auto"), threads.ranks_of(resolved["trainer"]))  # per DDP rank
     if _rank_zero():
         print_config_tree(resolved, save_to=Path(hc.runtime.output_dir) / "config_tree.log")
+        log.info(chosen.line())
     from .callbacks.stage_signals import StageSignals
 
     stops = StageSignals()

@@ -33,7 +33,8 @@ STATUS_FILE = "job_status.json"
 # seeds of one setting. `seed` itself is what a seed sweep varies.
 SEED_KEY = "seed"
 BOOKKEEPING = ("hydra", "paths", "logger", "resume", "existing_run", "ckpt_path", "tags", "launcher", "local",
-               "task_name", "optimized_metric", "callbacks.rich_progress_bar", "trainer.enable_progress_bar")
+               "task_name", "optimized_metric", "callbacks.rich_progress_bar", "trainer.enable_progress_bar",
+               "threads")
 WANDB_GROUP_MAX = 128  # W&B refuses longer group names
 WANDB_TAG_MAX = 64  # ... and longer tags
 

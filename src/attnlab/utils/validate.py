@@ -34,7 +34,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
-from ..choices import BALANCE, SCHEDULES, TARGET_LANGS
+from ..choices import BALANCE, PROGRESS_STYLES, SCHEDULES, TARGET_LANGS
 from ..families import for_config
 from ..errors import ConfigError
 from .config import BLOCK_GROUPS, flatten, used_groups
@@ -131,6 +131,11 @@ def name_check(max_len: int, *, folder: bool = False, bad_chars: set[str] = froz
     return check
 
 
+def threads_setting(v: Any) -> str | None:
+    """``threads``: torch's intra-op threads per process, or auto (utils/threads.py)."""
+    return None if v == "auto" or (_is_int(v) and v >= 1) else "must be auto or a positive integer"
+
+
 def tag_list(v: Any) -> str | None:
     from .sweep import WANDB_TAG_MAX
 
@@ -199,6 +204,7 @@ RULES: list[tuple[str, Check]] = [
     ("experiment_name", name_check(128, folder=True, nullable=True, quote_hint="experiment_name=\"'1'\"")),
     ("tags", tag_list),
     *((k, boolean) for k in ("train", "test", "compile")),
+    ("threads", threads_setting),
     ("ckpt_path", optional_path),
     ("resume", optional_path),
     ("optimized_metric", name_check(256, nullable=True)),
@@ -267,6 +273,8 @@ RULES: list[tuple[str, Check]] = [
     ("callbacks.*.max_layers", optional(positive_int)),
     ("callbacks.nonfinite.max_skips", non_negative_int),
     ("callbacks.attention_maps.explorer_audio_epochs", non_negative_int),  # 0: no audio on the page
+    ("callbacks.rich_progress_bar.every_s", positive_number),
+    ("callbacks.rich_progress_bar.style", one_of(PROGRESS_STYLES)),
     ("callbacks.model_checkpoint.save_top_k", int_at_least(-1)),  # -1: keep every checkpoint
     ("callbacks.model_checkpoint.mode", one_of(("min", "max"))),
     ("callbacks.early_stopping.mode", one_of(("min", "max"))),
@@ -387,8 +395,8 @@ def _pattern(glob: str) -> re.Pattern:
 OPTIMIZATION_GROUPS = {"optim": "model.optimizer", "sched": "model.scheduler"}
 
 # the top-level keys of conf/train.yaml the rules read (the groups are read whole)
-TOP_KEYS = ("seed", "task_name", "experiment_name", "tags", "train", "test", "compile", "ckpt_path", "resume",
-            "optimized_metric")
+TOP_KEYS = ("seed", "task_name", "experiment_name", "tags", "train", "test", "compile", "threads", "ckpt_path",
+            "resume", "optimized_metric")
 
 _COMPILED = [(_pattern(glob), check) for glob, check in RULES]
 
