@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_checks import TINY, one_error_line, snapshot
+from cli_checks import EPOCH, copy_of, finished_run, one_error_line, snapshot
 from helpers import run_cli
 from hydra import compose, initialize_config_dir
 from hydra._internal.callbacks import Callbacks
@@ -32,21 +32,12 @@ from attnlab.explorer.record import ExplorerRecord
 from attnlab.explorer.page import page_html, write_page
 from attnlab.paths import CONF_DIR
 
-EPOCH = [*TINY, "trainer.max_steps=-1"]  # one epoch of 8 steps: epoch_000.ckpt (a copy) and last.ckpt
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory, cache_dir) -> Path:
-    """A finished causal_lm run of one epoch (never modified: tests copy it)."""
-    run = tmp_path_factory.mktemp("finished") / "run"
-    out = run_cli([*EPOCH, f"hydra.run.dir={run}"], cache_dir)
-    assert out.returncode == 0, out.stdout[-3000:]
-    return run
+    return finished_run(tmp_path_factory, cache_dir)
 
-
-def copy_of(run: Path, where: Path) -> Path:
-    shutil.copytree(run, where, symlinks=True)
-    return where
 
 
 def state_key(ckpt: dict) -> str:

@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from cli_checks import TINY, snapshot
+from cli_checks import EPOCH, TINY, copy_of, finished_run, snapshot
 from helpers import compose_train, run_cli
 from hydra import compose, initialize_config_dir
 from hydra._internal.callbacks import Callbacks
@@ -25,16 +25,11 @@ from attnlab import resume, run_folder
 from attnlab.data.corpus import pydoc_text
 from attnlab.paths import CONF_DIR
 
-EPOCH = [*TINY, "trainer.max_steps=-1"]  # debug=fast's one epoch of 8 steps: epoch_000.ckpt and last.ckpt
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory, cache_dir) -> Path:
-    """A finished causal_lm run (never modified: tests copy it)."""
-    run = tmp_path_factory.mktemp("finished") / "run"
-    out = run_cli([*EPOCH, f"hydra.run.dir={run}"], cache_dir)
-    assert out.returncode == 0, out.stdout[-3000:]
-    return run
+    return finished_run(tmp_path_factory, cache_dir)
 
 
 def refusal(output: str, text: str, full_error: bool) -> str:
@@ -45,10 +40,6 @@ def refusal(output: str, text: str, full_error: bool) -> str:
     assert ("Traceback" in output) == full_error, output[-3000:]
     return lines[0]
 
-
-def copy_of(run: Path, where: Path) -> Path:
-    shutil.copytree(run, where, symlinks=True)
-    return where
 
 
 # ----------------------------------------------------------------------------------------------------------------
