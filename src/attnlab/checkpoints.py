@@ -43,7 +43,7 @@ import hydra
 import torch
 
 from .allowed_targets import check_targets, check_task_class
-from .errors import CheckpointError, UnsafeCheckpointError, UserError, find_user_error, one_line_message
+from .errors import CheckpointError, UnsafeCheckpointError, UserError
 from .state_fit import check_fits
 
 # Types the safe unpickler may build beyond tensors and plain containers. Empty: attnlab's checkpoints need none.
@@ -216,6 +216,7 @@ def build_task(task_cls: type, ckpt: dict, path: str | Path, device: str = "cpu"
     import inspect
 
     from .utils.model_memory import net_memory_problem
+    from .utils.validate import model_value_problems
 
     hparams = hyper_parameters(ckpt, path)
     # the sizes are the file's: a model too big for this machine is one line, not an allocation failure
@@ -227,20 +228,19 @@ def build_task(task_cls: type, ckpt: dict, path: str | Path, device: str = "cpu"
     params = inspect.signature(task_cls.__init__).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         hparams = {k: v for k, v in hparams.items() if k in params}
+    # what a damaged file can get wrong is checked before the build, which then has nothing to guard: an error
+    # from inside it is a bug (it keeps its traceback), or a part's own one-line refusal of its value
+    problems = model_value_problems(hparams)
     try:
-        task = task_cls(**hparams)
-    except Exception as e:
-        if find_user_error(e) is not None:
-            raise
+        inspect.signature(task_cls).bind(**hparams)
+    except TypeError as e:  # a required argument missing
+        problems.append(str(e))
+    if problems:
         raise CheckpointError(f"{path}: cannot build {task_cls.__name__} from its hyper_parameters (damaged?): "
-                              f"{one_line_message(e)}") from None
+                              f"{problems[0]}")
+    task = task_cls(**hparams)
     task._checkpoint_path = path  # named by on_load_checkpoint's refusals
-    try:  # renames an earlier layout's keys, checks the weights fit (check_fits), restores the tokenizer
-        task.on_load_checkpoint(ckpt)
-    except ValueError as e:
-        if find_user_error(e) is not None:
-            raise
-        raise CheckpointError(f"{path}: {one_line_message(e)}") from None
+    task.on_load_checkpoint(ckpt)  # renames an earlier layout's keys, checks the weights fit, restores the tokenizer
     task.load_state_dict(ckpt["state_dict"], strict=True)
     return task.to(device)
 

@@ -5,8 +5,9 @@ every entry point prints its message as one line and exits with ``exit_code`` (2
 else is a bug and keeps its traceback. ``HYDRA_FULL_ERROR=1`` shows the traceback of a UserError too.
 
 Hydra and Lightning wrap exceptions raised inside what they call (``instantiate`` raises
-``InstantiationException from e``), so the handler looks for a UserError along the ``__cause__``/``__context__``
-chain rather than at the outermost exception only.
+``InstantiationException from e``), so the handler looks for a UserError along the chain of explicit causes
+(``raise ... from``) rather than at the outermost exception only. Not along ``__context__``: an exception raised
+while another was being handled is a new failure (a bug in an error path), and it keeps its traceback.
 
 The classes live here, at the bottom of the import layers (docs/layout.md), so that any module can raise one and any
 entry point can catch one without importing the module that raises it.
@@ -169,13 +170,13 @@ class CheckpointWriteError(RuntimeError):
 
 
 def find_user_error(error: BaseException | None) -> UserError | None:
-    """The first UserError in ``error``'s chain of causes (itself included), or None."""
+    """The first UserError in ``error``'s chain of explicit causes (itself included), or None."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, UserError):
             return error
         seen.add(id(error))
-        error = error.__cause__ or error.__context__
+        error = error.__cause__
     return None
 
 

@@ -6,15 +6,16 @@ Hydra prints these itself, over several lines (its message, the OmegaConf cause 
 ``object_type=`` lines, a list of choices, a blank line and "Set the environment variable HYDRA_FULL_ERROR=1 ...")
 and exits with 1. :func:`one_line_hydra_errors` runs a ``@hydra.main`` function with Hydra's reporter
 (``hydra._internal.utils.run_and_report``, the one place all of them pass through) wrapped: an error of Hydra or
-OmegaConf raised before the job began is printed as one line on stderr; everything else, and everything once the job
-has started (a bug, a sweep's failure), goes to Hydra's own reporter as before. ``HYDRA_FULL_ERROR=1`` keeps
-Hydra's full traceback.
+OmegaConf raised before the job began is printed as one line on stderr; an error once the job has started is a bug
+(the job reports bad inputs itself): its whole traceback, exit 1; anything else goes to Hydra's own reporter.
+``HYDRA_FULL_ERROR=1`` keeps Hydra's full traceback.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -60,6 +61,11 @@ def one_line_hydra_errors(hydra_main: Callable[[], Any], job_started: Callable[[
         try:
             return func()
         except Exception as error:
+            if job_started() and os.environ.get("HYDRA_FULL_ERROR") != "1":
+                # the job reports its bad inputs itself (one line); what reaches here is a bug: its whole traceback,
+                # which Hydra's reporter cuts to the last message of an instantiate chain
+                traceback.print_exception(error)
+                sys.exit(1)
             if (job_started() or os.environ.get("HYDRA_FULL_ERROR") == "1"
                     or not isinstance(error, (HydraException, OmegaConfBaseException))):
                 def again() -> Any:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import hydra
+from hydra.errors import InstantiationException
 from torch import nn
 
 from ..allowed_targets import check_targets
@@ -36,14 +37,38 @@ from .positional import LearnedPositions
 
 
 def _instantiate(group: str, part: Any) -> Any:
-    """A part given as a config mapping with ``_target_`` -> the object Hydra makes of it (a partial)."""
+    """A part given as a config mapping with ``_target_`` -> the object Hydra makes of it (a partial). Arguments the
+    class does not take (a config or a checkpoint read from a file) are one line before it is built; an error from
+    inside the build is the part's own refusal (a UserError, one line) or a bug, which keeps its traceback."""
     if isinstance(part, Mapping) and "_target_" in part:
         check_targets(part, group)  # only the project's own classes (attnlab.allowed_targets)
+        _check_arguments(group, part)
         try:
             return hydra.utils.instantiate(dict(part), _convert_="all")
-        except Exception as e:
-            raise PartError(f"{group}: cannot build {part['_target_']}: {e}".splitlines()[0]) from e
+        except InstantiationException as e:
+            if not str(e).startswith("Error locating target"):  # a part's refusal (its cause) or a bug: as it is
+                raise
+            raise PartError(f"{group}: cannot build {part['_target_']}: {str(e).splitlines()[0].split(',')[0]} "
+                            f"(no such class)") from None
     return part
+
+
+def _check_arguments(group: str, part: Mapping) -> None:
+    import inspect
+
+    try:
+        target = hydra.utils.get_object(str(part["_target_"]))
+    except ImportError:
+        raise PartError(f"{group}: cannot build {part['_target_']}: no such class") from None
+    args = {k: v for k, v in part.items() if not (k.startswith("_") and k.endswith("_"))}
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):  # a builtin without one: torch checks its own arguments
+        return
+    try:
+        (signature.bind_partial if part.get("_partial_") else signature.bind)(*part.get("_args_", ()), **args)
+    except TypeError as e:
+        raise PartError(f"{group}: cannot build {part['_target_']}: {e}") from None
 
 
 @dataclass(frozen=True)

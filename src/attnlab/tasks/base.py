@@ -13,6 +13,7 @@ a checkpoint then rebuilds its own model (``Task.load_from_checkpoint(path)``) w
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import hydra
@@ -28,6 +29,7 @@ from ..state_fit import check_fits
 from ..modules.moe import expert_fractions, moe_losses
 from ..optim import build_lr_schedule, build_optimizer
 from ..data.tokenizer import BPETokenizer
+from ..errors import CheckpointError
 from .protocols import StepOutput
 
 
@@ -49,17 +51,24 @@ def _instantiate_net(cfg: dict) -> nn.Module:
     return hydra.utils.instantiate(cfg, _convert_="all")
 
 
-def saved_tokenizer(checkpoint: dict) -> BPETokenizer | None:
+def saved_tokenizer(checkpoint: dict, where: str | Path = "the checkpoint") -> BPETokenizer | None:
     """The tokenizer a checkpoint carries (the JSON text train.py saves), or None without one: the one place it is
     read back. A task restores it when loaded (:meth:`Task.on_load_checkpoint`); the entry points read
-    ``task.tokenizer``."""
+    ``task.tokenizer``. ``where``: the checkpoint's name in the one-line refusal of a damaged one."""
+    from tokenizers import Tokenizer
+
     text = checkpoint.get("tokenizer")
     if not isinstance(text, str) or not text:
         return None
     try:
-        return BPETokenizer.from_str(text)
-    except Exception as e:  # noqa: BLE001 - the tokenizers library raises a bare Exception
-        raise ValueError(f"its tokenizer cannot be read (damaged): {str(e).strip().splitlines()[0]}") from None
+        raw = Tokenizer.from_str(text)
+    except Exception as e:  # noqa: BLE001 - the tokenizers library raises a bare Exception for a damaged file
+        raise CheckpointError(f"{where}: its tokenizer cannot be read (damaged): "
+                              f"{str(e).strip().splitlines()[0]}") from None
+    try:
+        return BPETokenizer(raw)
+    except ValueError as e:  # (its special tokens are not the project's: it checks them)
+        raise CheckpointError(f"{where}: its tokenizer cannot be read (damaged): {e}") from None
 
 
 class Task(L.LightningModule):
@@ -122,7 +131,7 @@ class Task(L.LightningModule):
         check_fits(self, checkpoint.get("state_dict"), path or "the checkpoint")
         self._pending_rng = checkpoint.get("rng_states")
         if "tokenizer" in self.checkpoint_keys and "tokenizer" in checkpoint:
-            self.tokenizer = saved_tokenizer(checkpoint)
+            self.tokenizer = saved_tokenizer(checkpoint, path or "the checkpoint")
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # Restored here, not at load time: building the resumed epoch's dataloader iterator draws a seed from the

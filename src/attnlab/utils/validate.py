@@ -502,6 +502,12 @@ def _resolved_problems(cfg: DictConfig) -> tuple[list[str], dict | None]:
     return problems, resolved
 
 
+def model_value_problems(model: Mapping[str, Any]) -> list[str]:
+    """The single-value rules of a model config read from a file (a checkpoint's ``hyper_parameters``), as the run's
+    config is checked: ``model.net.n_heads='many': must be a positive integer``."""
+    return _value_problems(flatten({"model": dict(model)}), _COMPILED)
+
+
 def _value_problems(flat: Mapping[str, Any], compiled: Sequence[tuple[re.Pattern, Check]]) -> list[str]:
     """``key=value: what is allowed`` for each value of ``flat`` whose first matching rule refuses it."""
     problems = []
