@@ -127,3 +127,23 @@ def test_resume_says_when_it_takes_a_newer_last_v1_ckpt(lm_run, cache_dir, tmp_p
     out = run_cli([*EPOCH, f"resume={run}", "train=false"], cache_dir, timeout=120)
     assert out.returncode == 0, out.stdout[-3000:]
     assert f"resuming from {ckpts / 'last-v1.ckpt'}: it is newer than last.ckpt" in out.stdout
+
+
+@pytest.mark.parametrize("source", ["numbers", "tsv"])
+def test_another_tokenizer_says_why_for_generated_and_for_given_data(source):
+    """A run of the numbers data from before they changed cannot be continued (the user cannot restore generated
+    data); a corpus the user gave can be restored."""
+    from types import SimpleNamespace
+
+    from attnlab.errors import ResumeError
+    from attnlab.resume import check_tokenizer
+    from attnlab.tasks.base import saved_tokenizer
+
+    fixtures = Path(__file__).resolve().parent / "fixtures"
+    other = saved_tokenizer(torch.load(fixtures / "legacy_causal_lm.ckpt", weights_only=True))
+    datamodule = SimpleNamespace(tokenizer=other, hparams={"source": source})
+    with pytest.raises(ResumeError) as refused:
+        check_tokenizer(fixtures / "legacy_transformer_mt.ckpt", datamodule, "resume")
+    message = str(refused.value)
+    assert ("generates the numbers data differently" in message) == (source == "numbers")
+    assert ("restore it" in message) == (source != "numbers")

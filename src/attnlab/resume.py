@@ -188,9 +188,12 @@ def check_tokenizer(ckpt_path: str | Path, datamodule: Any, option: str = "resum
         return
     if saved is not None and saved != tok.to_str():
         since = "since the first part" if option == "resume" else "since that run"
+        hparams = getattr(datamodule, "hparams", None) or {}
+        why = (f"the corpus changed {since}; restore it, or start a new run" if hparams.get("source") != "numbers" else
+               f"this version generates the numbers data differently (zero is always in the training split): a run "
+               f"of the earlier data cannot be continued; start a new run")
         raise ResumeError(f"{option}: the tokenizer these data give is not the one saved in {ckpt_path} (its ids "
-                          f"would not match the checkpoint's embeddings): the corpus changed {since}; restore it, or "
-                          f"start a new run")
+                          f"would not match the checkpoint's embeddings): {why}")
 
 
 # ----------------------------------------------------------------------------------------------------------------

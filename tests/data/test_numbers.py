@@ -151,3 +151,15 @@ def test_cache_key_depends_on_every_parameter(tmp_path):
         _, d = load_or_generate_numbers(tmp_path, **{**base, **change})
         assert d != d0, change
     assert d0.name.startswith("fr-")
+
+
+@pytest.mark.parametrize("sizes", [(20000, 1000, 1000), (50, 20, 20), (8, 1, 1)])
+def test_zero_is_always_in_the_training_split(sizes):
+    """Zero's word is part of no other number: every seed's training split has it, the splits keep their sizes and
+    stay disjoint (with seed 42, the default job's, it used to be drawn into the test split)."""
+    train, val, test = sizes
+    for seed in range(40):
+        ints = nummod.draw_integers({"train": train, "val": val, "test": test}, 7, seed)
+        assert 0 in ints["train"], seed
+        assert [len(ints[s]) for s in ("train", "val", "test")] == list(sizes)
+        assert len(set(ints["train"]) | set(ints["val"]) | set(ints["test"])) == train + val + test
