@@ -60,20 +60,6 @@ class SettingStats:
     def n(self) -> int:
         return len(self.values)
 
-    def non_inferior(self, margin: float, mode: str) -> bool | None:
-        """True when the interval rules out this setting being worse than the baseline by more than ``margin``
-        (lower-better metrics: ci_high <= margin); None without an interval."""
-        if self.ci_low is None or self.ci_high is None:
-            return None
-        return self.ci_high <= margin if mode == "min" else self.ci_low >= -margin
-
-    def equivalent(self, margin: float) -> bool | None:
-        """True when the whole interval lies within ±``margin`` of the baseline (an equivalence test, TOST-style at
-        the comparison's confidence); None without an interval."""
-        if self.ci_low is None or self.ci_high is None:
-            return None
-        return -margin <= self.ci_low and self.ci_high <= margin
-
 
 @dataclass
 class Comparison:

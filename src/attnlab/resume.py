@@ -26,7 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from .checkpoint_upgrade import upgrade_net_config, upgrade_targets
-from .errors import DamagedCheckpointError, ResumeError
+from .errors import DamagedCheckpointError, ResumeError, UserError
 from .quoting import shell_override
 
 log = logging.getLogger(__name__)
@@ -190,8 +190,8 @@ def check_tokenizer(ckpt_path: str | Path, datamodule: Any, option: str = "resum
         since = "since the first part" if option == "resume" else "since that run"
         hparams = getattr(datamodule, "hparams", None) or {}
         why = (f"the corpus changed {since}; restore it, or start a new run" if hparams.get("source") != "numbers" else
-               f"this version generates the numbers data differently (zero is always in the training split): a run "
-               f"of the earlier data cannot be continued; start a new run")
+               "this version generates the numbers data differently (zero is always in the training split): a run "
+               "of the earlier data cannot be continued; start a new run")
         raise ResumeError(f"{option}: the tokenizer these data give is not the one saved in {ckpt_path} (its ids "
                           f"would not match the checkpoint's embeddings): {why}")
 
@@ -212,11 +212,6 @@ def runs_newest_first(runs_root: str | Path) -> list[Path]:
     runs = {p.parent.parent for p in Path(runs_root).glob(f"*/{LAST}")}
     runs |= {p.parent.parent for p in Path(runs_root).glob(f"*/{SAVED_CONFIG}")}
     return sorted(runs, key=lambda r: (written(r), r.name), reverse=True)
-
-
-def runs_with_checkpoint(runs_root: str | Path) -> list[Path]:
-    """Run folders under ``runs_root`` with a ``checkpoints/last.ckpt``, newest first."""
-    return [r for r in runs_newest_first(runs_root) if has_checkpoint(r)]
 
 
 def find_auto(runs_root: str | Path, model: tuple[str | None, dict | None],

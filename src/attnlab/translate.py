@@ -57,13 +57,10 @@ def encode_sources(task, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _batch(task, token_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """(src, src_mask) for already-encoded sentences (+ <eos> when the model was trained with it)."""
-    from .data.translation_datamodule import collate
+    from .data.translation_datamodule import source_batch
 
-    eos = [task.tokenizer.eos_id] if task.src_eos else []
-    items = [{"src": torch.tensor(ids + eos, dtype=torch.long), "tgt": torch.zeros(0, dtype=torch.long),
-              "src_text": "", "tgt_text": "", "bucket": 0} for ids in token_ids]
-    batch = collate(items, pad_id=task.tokenizer.pad_id)
-    return batch["src"].to(task.device), batch["src_mask"].to(task.device)
+    src, mask = source_batch(token_ids, task.tokenizer, task.src_eos)
+    return src.to(task.device), mask.to(task.device)
 
 
 def translate_all(task, lines: list[str], options: DecodingOptions, *, batch_size: int = 32,

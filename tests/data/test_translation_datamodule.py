@@ -10,7 +10,8 @@ from helpers import compose_train
 from hydra.utils import instantiate
 
 from attnlab.data.numbers import HELD_OUT_NAMES
-from attnlab.data.translation_datamodule import BatchDataset, TranslationDataModule, collate
+from attnlab.data.translation_datamodule import BatchDataset, TranslationDataModule, collate, encode_sources
+from attnlab.tasks.translation import decode_text
 
 B = 16
 SMALL = dict(train_size=600, val_size=80, test_size=80, copy_names=True, copy_test_size=40, batch_size=B,
@@ -50,14 +51,13 @@ def check_batch(batch, dm):
     specials = {dm.pad_id, dm.bos_id, dm.eos_id, 3}
     assert not set(tgt_out[batch["tgt_mask"]].tolist()) - set(range(len(specials), dm.vocab_size)) - {dm.eos_id}
     assert not set(tgt_in[:, 1:][batch["tgt_mask"][:, 1:]].tolist()) & specials
-    assert dm.decode_target(tgt_out) == batch["tgt_text"]  # stops at <eos>, strips specials
-    assert [dm.decode_source(s) for s in src] == batch["src_text"]
+    assert [decode_text(dm.tokenizer, t) for t in tgt_out] == batch["tgt_text"]  # stops at <eos>, strips specials
+    assert [decode_text(dm.tokenizer, s) for s in src] == batch["src_text"]
     assert S <= dm.max_src_len and T <= dm.max_tgt_len
 
 
 def test_attributes(dm):
     assert dm.vocab_size == dm.src_vocab_size == dm.tgt_vocab_size == dm.tokenizer.vocab_size <= 1024
-    assert dm.src_tokenizer is dm.tgt_tokenizer is dm.tokenizer  # joint
     assert (dm.pad_id, dm.bos_id, dm.eos_id) == (0, 1, 2)
     assert dm.bucket_names == ["1-3", "4-6", "7-9", "10+"]
     assert {k: len(v) for k, v in dm.datasets.items()} == {"train": 660, "val": 88, "test": 80, "copy_test": 40}
@@ -108,16 +108,17 @@ def test_sorting_by_length_reduces_padding(dm, cache_dir):
     assert val == [p.src for p in unsorted.splits["val"]]  # unsorted eval keeps split order
 
 
-def test_example_pair_and_decode_target(dm):
+def test_example_pair_and_decode_text(dm):
     ex = dm.example_pair()
     assert ex["src"].shape[0] == 1 and ex["tgt_in"].shape[0] == 1
     assert ex["src_text"][0] == dm.example_pair()["src_text"][0]
     assert ex["src_text"][0] in {p.src for p in dm.splits["val"]}
     ids = dm.tokenizer.encode("vingt et un")
-    assert dm.decode_target([dm.bos_id, *ids, dm.eos_id, *ids, dm.pad_id]) == "vingt et un"
-    assert dm.decode_target(torch.tensor([[*ids, dm.eos_id], [dm.eos_id, *ids]])) == ["vingt et un", ""]
-    enc = dm.encode_source(["twenty-one", "eighty"])
-    assert enc["src"].shape == enc["src_mask"].shape and enc["src_mask"].sum(1).tolist() == [4, 2]
+    assert decode_text(dm.tokenizer, [dm.bos_id, *ids, dm.eos_id, *ids, dm.pad_id]) == "vingt et un"
+    assert [decode_text(dm.tokenizer, r) for r in torch.tensor([[*ids, dm.eos_id], [dm.eos_id, *ids]])] == \
+        ["vingt et un", ""]
+    src, src_mask = encode_sources(dm.tokenizer, ["twenty-one", "eighty"], dm.hparams.src_eos)
+    assert src.shape == src_mask.shape and src_mask.sum(1).tolist() == [4, 2]
 
 
 def test_copy_test_names_are_unseen(dm):

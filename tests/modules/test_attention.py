@@ -79,7 +79,7 @@ def test_paths_agree_with_explicit_attn_mask():
 @pytest.mark.parametrize("rotary", [False, True], ids=["plain", "rotary"])
 @pytest.mark.parametrize("need_weights", [False, True], ids=["sdpa", "explicit"])
 def test_causal_outputs_ignore_the_future(rotary, need_weights):
-    attn = make_attn(rotary=RotaryEmbedding(D // H, 32) if rotary else None)
+    attn = make_attn(positions=RotaryEmbedding(D // H, 32) if rotary else None)
     x = torch.randn(B, T, D)
     t = 3
     x2 = x.clone()
@@ -156,7 +156,7 @@ def test_self_attention_without_positions_is_permutation_equivariant():
 
 
 def test_rotary_breaks_permutation_equivariance():
-    attn = make_attn(rotary=RotaryEmbedding(D // H, 32))
+    attn = make_attn(positions=RotaryEmbedding(D // H, 32))
     x = torch.randn(B, T, D)
     perm = torch.randperm(T, generator=torch.Generator().manual_seed(3))
     assert not torch.allclose(attn(x[:, perm]), attn(x)[:, perm], atol=1e-4)
@@ -168,7 +168,7 @@ def test_rotary_breaks_permutation_equivariance():
 @pytest.mark.parametrize("rotary", [False, True], ids=["plain", "rotary"])
 @pytest.mark.parametrize("need_weights", [False, True], ids=["sdpa", "explicit"])
 def test_kv_cache_incremental_equals_full_causal_pass(rotary, need_weights):
-    attn = make_attn(rotary=RotaryEmbedding(D // H, 32) if rotary else None)
+    attn = make_attn(positions=RotaryEmbedding(D // H, 32) if rotary else None)
     x = torch.randn(B, T, D)
     full = attn(x, is_causal=True)
     cache = KVCache(B, H, D // H, max_len=16)
@@ -181,7 +181,7 @@ def test_kv_cache_incremental_equals_full_causal_pass(rotary, need_weights):
 
 
 def test_kv_cache_chunk_after_prefix_uses_shifted_causal_mask():
-    attn = make_attn(rotary=RotaryEmbedding(D // H, 32))
+    attn = make_attn(positions=RotaryEmbedding(D // H, 32))
     x = torch.randn(B, T, D)
     full = attn(x, is_causal=True)
     cache = KVCache(B, H, D // H, max_len=T)

@@ -379,11 +379,3 @@ def test_positions_on_cross_attention_is_a_bug_not_a_config():
 def test_alibi_built_for_other_heads_is_a_bug():
     with pytest.raises(ValueError, match="ALiBi was built for 8 heads, this attention has n_heads=4"):
         MultiHeadAttention(D, H, positions=ALiBi(8))
-
-
-def test_rotary_keyword_is_an_alias_of_positions():
-    rope = RotaryEmbedding(DH, 16)
-    a, b = make(rotary=rope), make(positions=rope)
-    assert a.positions is rope and a.rotary is rope and b.rotary is rope
-    x = torch.randn(B, T, D)
-    assert torch.equal(a(x, is_causal=True), b(x, is_causal=True))

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError, DataError, DataFileNotFoundError
+from ..errors import DataError, DataFileNotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -254,11 +254,6 @@ def _decode(data: bytes, src: TextSource, base: int) -> str:
 
 def _what(src: TextSource) -> str:
     return "text file" if src.path is not None else src.name
-
-
-def check_source_path(path) -> None:
-    if not path:
-        raise ConfigError("source='text_file' needs path=<a UTF-8 text file, a folder or a glob>")
 
 
 def sample_chunks(sources: list[TextSource], budget: int, chunk_bytes: int, avoid: str = "") -> Iterator[Chunk]:

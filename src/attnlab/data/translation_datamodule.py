@@ -149,10 +149,16 @@ def collate(items: Sequence[dict], pad_id: int = PAD_ID, bos_id: int = BOS_ID, e
 def encode_sources(tokenizer: BPETokenizer, texts: Sequence[str], src_eos: bool = True) -> tuple[Tensor, Tensor]:
     """(src (B, S), src_mask (B, S)) for raw source sentences, encoded and padded as in training batches (the
     tokenizer's normalization applied, as to the training sources)."""
+    return source_batch(tokenizer.encode_batch(list(texts)), tokenizer, src_eos)
+
+
+def source_batch(token_ids: Sequence[Sequence[int]], tokenizer: BPETokenizer,
+                 src_eos: bool = True) -> tuple[Tensor, Tensor]:
+    """(src (B, S), src_mask (B, S)) for encoded source sentences (+ <eos> when the model was trained with it),
+    padded by :func:`collate` as a training batch's sources are."""
     eos = [tokenizer.eos_id] if src_eos else []
-    items = [{"src": torch.tensor(ids + eos, dtype=torch.long), "tgt": torch.zeros(0, dtype=torch.long),
-              "src_text": t, "tgt_text": "", "bucket": 0}
-             for t, ids in zip(texts, tokenizer.encode_batch(list(texts)))]  # fmt: skip
+    items = [{"src": torch.tensor(list(ids) + eos, dtype=torch.long), "tgt": torch.zeros(0, dtype=torch.long),
+              "src_text": "", "tgt_text": "", "bucket": 0} for ids in token_ids]
     batch = collate(items, pad_id=tokenizer.pad_id)
     return batch["src"], batch["src_mask"]
 
@@ -316,14 +322,6 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
 
     # -- attributes ------------------------------------------------------------------------
     @property
-    def src_tokenizer(self) -> BPETokenizer | None:
-        return self.tokenizer  # joint
-
-    @property
-    def tgt_tokenizer(self) -> BPETokenizer | None:
-        return self.tokenizer  # joint
-
-    @property
     def src_vocab_size(self) -> int | None:
         return self.vocab_size
 
@@ -388,32 +386,6 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
         median = int(np.sort(ds.src_lens)[len(ds) // 2])
         i = int(np.flatnonzero(ds.src_lens == median)[0])
         return collate([ds[i]])
-
-    def encode_source(self, texts: str | Sequence[str]) -> dict:
-        """``{"src", "src_mask"}`` for raw source sentences (e.g. to translate a user's input)."""
-        texts = [texts] if isinstance(texts, str) else list(texts)
-        src, src_mask = encode_sources(self._tok(), texts, self.hparams.src_eos)
-        return {"src": src, "src_mask": src_mask}
-
-    def decode_target(self, ids) -> str | list[str]:
-        """Text of generated ids: cut at the first <eos>, special tokens (<bos>, <pad>) removed.
-
-        ``ids``: a 1-D sequence (list, tensor, array) -> str, or 2-D [B, T] -> list of B strings.
-        """
-        tok = self._tok()
-        if hasattr(ids, "tolist"):
-            ids = ids.tolist()
-        ids = list(ids)
-        if ids and isinstance(ids[0], (list, tuple)):
-            return [self.decode_target(row) for row in ids]
-        ids = [int(i) for i in ids]
-        if tok.eos_id in ids:
-            ids = ids[: ids.index(tok.eos_id)]
-        return tok.decode(ids, skip_special=True)
-
-    def decode_source(self, ids) -> str:
-        """Text of source ids (specials and padding removed)."""
-        return self.decode_target(ids)
 
     def _tok(self) -> BPETokenizer:
         if self.tokenizer is None:

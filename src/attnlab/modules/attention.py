@@ -170,7 +170,6 @@ class MultiHeadAttention(nn.Module):
         window: sliding-window attention: causal, query i sees keys j with i - W < j <= i; non-causal
             |i - j| < W. Self-attention only. A windowed layer's :meth:`new_cache` keeps W positions.
         positions: an :class:`~attnlab.modules.positional.AttentionPositions` (RoPE, ALiBi), self-attention only.
-        rotary: another name of ``positions`` (give one of the two).
     """
 
     def __init__(
@@ -186,7 +185,6 @@ class MultiHeadAttention(nn.Module):
         qk_norm: bool = False,
         window: int | None = None,
         positions: AttentionPositions | None = None,
-        rotary: AttentionPositions | None = None,
     ):
         super().__init__()
         if d_model % n_heads:
@@ -200,9 +198,6 @@ class MultiHeadAttention(nn.Module):
         if window is not None and kv_dim is not None:
             raise ConfigError(f"attn.window={window} applies to self-attention only; cross-attention sees the whole "
                               f"source (build cross-attention with window=None)")
-        if positions is not None and rotary is not None and positions is not rotary:
-            raise ValueError("give positions= or its other name rotary=, not both")
-        positions = positions if positions is not None else rotary
         if getattr(positions, "n_heads", n_heads) != n_heads:
             raise ValueError(f"{type(positions).__name__} was built for {positions.n_heads} heads, "
                              f"this attention has n_heads={n_heads}")
@@ -229,11 +224,6 @@ class MultiHeadAttention(nn.Module):
         # When True, forward takes the explicit path and keeps the weights in `self.weights` (B, H, Tq, Tk).
         self.return_weights = False
         self.weights: Tensor | None = None
-
-    @property
-    def rotary(self) -> AttentionPositions | None:
-        """Another name of ``positions``."""
-        return self.positions
 
     def new_cache(self, batch: int, max_len: int, *, dtype=None, device=None) -> KVCache:
         """An empty KV cache for this layer: ``kv_heads`` heads; a windowed layer's holds min(max_len, window)
