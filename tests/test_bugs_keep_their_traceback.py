@@ -35,6 +35,9 @@ CASES = [
     ("train.py", [*TINY, "ffn=swiglu"], "attnlab.modules.feedforward:FeedForward.__init__:AttributeError"),
     ("train.py", [*TINY, f"ckpt_path={FIXTURES / 'legacy_causal_lm.ckpt'}", "train=false", "test=true"],
      "attnlab.checkpoints:hyper_parameters:TypeError"),
+    ("train.py", [*TINY, "resume={tmp}/no_run"], "attnlab.resume:model_identity:TypeError"),
+    ("-m attnlab.compare", ["{tmp}/sweep", "--by", "norm"], "attnlab.sweep_jobs:sweep_jobs:NameError"),
+    ("-m attnlab.workspace", ["{tmp}/sweep"], "attnlab.wandb_runs:offline_run_dirs:AttributeError"),
 ]
 
 
@@ -43,7 +46,12 @@ def test_a_planted_bug_keeps_its_traceback_and_exits_1(entry, args, bug, tmp_pat
     env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "ATTNLAB_PLANT_BUG": bug, "WANDB_SILENT": "true",
            "PYTHONPATH": os.pathsep.join([str(PLANTED), os.environ.get("PYTHONPATH", "")])}
     env.pop("HYDRA_FULL_ERROR", None)
-    command = [sys.executable, *entry.split(), *args, f"hydra.run.dir={tmp_path / 'run'}"]
+    plain = entry in ("-m attnlab.compare", "-m attnlab.workspace")  # (argparse commands: no Hydra run folder)
+    hydra = [] if plain else [f"hydra.run.dir={tmp_path / 'run'}"]
+    command = [sys.executable, *entry.split(), *(a.replace("{tmp}", str(tmp_path)) for a in args), *hydra]
+    job = tmp_path / "sweep" / "0" / ".hydra"  # a job folder for compare and workspace (the bug comes first)
+    job.mkdir(parents=True)
+    (job / "overrides.yaml").write_text("- norm=pre\n")
     out = run_python(command, cwd=ROOT, env=env, input="one\n", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                      text=True, timeout=180)
     _, qualname, error = bug.split(":")
