@@ -305,8 +305,8 @@ def _main(cfg: DictConfig) -> float | None:
         # files): one line, no traceback
         user_error = find_user_error(e) or disk_full(e, getattr(e, "filename", None) or job_dir, appended=True)
         if user_error is not None:
-            if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the traceback asked for; still a refusal (exit 2, no folder)
-                traceback.print_exception(e)
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the traceback asked for; still a refusal: exit 2,
+                traceback.print_exception(e)  # no folder left
             log.error(one_line_message(user_error))
             if in_sweep:
                 write_job_status(job_dir, hc.overrides.task, error=user_error)
