@@ -60,11 +60,11 @@ DEFAULT = [
 ]
 SLOW = {
     "other_signals": [
-        point("on_validation_batch_end", "SIGINT", step=12, rc=130),  # in validation
         point("on_train_batch_end", "SIGINT", step=8, rc=130),  # (a kill before the first checkpoint: nothing to resume)
         point("on_train_batch_end", "SIGKILL", step=10, rc=KILLED),  # mid-epoch: steps 10 and up are done again
         point("on_validation_batch_end", "SIGTERM", step=12),
         point("on_train_epoch_start", "SIGKILL", step=12, rc=KILLED),
+        point("on_validation_batch_end", "SIGINT", step=18, rc=130),  # in the last epoch's validation
         point("on_test_batch_end", "SIGINT", rc=130),
         point("on_fit_end", "SIGKILL", step=18, rc=KILLED),  # trained, before the test
     ],
