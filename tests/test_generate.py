@@ -188,3 +188,12 @@ def test_progress_lines_say_how_far_and_how_long():
     lines = [r.getMessage() for r in records]
     assert [line.split(" (")[0] for line in lines] == ["samples: 3/10", "samples: 6/10"]
     assert all("/s, ~" in line and "left)" in line for line in lines)
+
+
+def test_the_thread_rule_applies_to_generate_and_a_bad_value_is_one_line(trained_ckpt, cache_dir, tmp_path):
+    proc = run_generate(f"ckpt={trained_ckpt}", "max_new_tokens=2", "num_samples=1", "threads=2",
+                        "hydra.verbose=attnlab.generate", f"hydra.run.dir={tmp_path / 'gen'}", cache_dir=cache_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "torch threads: 2 (threads=2)" in proc.stderr
+    bad = run_generate(f"ckpt={trained_ckpt}", "threads=0", f"hydra.run.dir={tmp_path / 'gen2'}", cache_dir=cache_dir)
+    _one_line_error(bad, "threads=0 is not allowed: auto (the cores other processes leave free) or a positive integer")

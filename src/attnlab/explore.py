@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 from .checkpoints import load_task
-from .cli_input import check, check_output
+from .cli_input import THREADS_HELP, apply_threads, check, check_output, is_threads
 from .errors import CheckpointError, InputError, one_line_errors
 from .paths import CONF_DIR
 
@@ -41,6 +41,7 @@ def check_options(cfg: DictConfig) -> None:
     if cfg.get("image") is not None and not Path(str(cfg.image)).expanduser().is_file():
         raise InputError(f"image={cfg.image}: no such file")
     check_output("out", cfg.get("out"))
+    check(cfg, "threads", is_threads, THREADS_HELP)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="explore")
@@ -49,6 +50,7 @@ def _main(cfg: DictConfig) -> None:
         check_options(cfg)
         if not Path(cfg.ckpt).expanduser().is_file():
             raise CheckpointError(f"checkpoint not found: {Path(cfg.ckpt).expanduser().resolve()}")
+        apply_threads(cfg, log)
         task, ckpt = load_task(cfg.ckpt, "attnlab.tasks.base.Task", "attnlab", cfg.device)
         from .explorer import write_page
         from .explorer.inputs import record_for_input

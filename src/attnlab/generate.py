@@ -18,7 +18,8 @@ from omegaconf import DictConfig
 
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 from .checkpoints import load_task as load_checkpoint
-from .cli_input import DEVICE_HELP, Progress, check, is_device, is_int, is_seed
+from .cli_input import (DEVICE_HELP, THREADS_HELP, Progress, apply_threads, check, is_device, is_int, is_seed,
+                        is_threads)
 from .data.tokenizer import BPETokenizer
 from .decoding.options import SamplingOptions
 from .errors import OptionError, one_line_errors
@@ -81,6 +82,7 @@ def check_options(cfg: DictConfig) -> SamplingOptions:
     check(cfg, "use_cache", lambda v: isinstance(v, bool), "true or false")
     check(cfg, "seed", is_seed, "an integer from -2**63 to 2**64 - 1")
     check(cfg, "device", is_device, DEVICE_HELP)
+    check(cfg, "threads", is_threads, THREADS_HELP)
     return options
 
 
@@ -91,6 +93,7 @@ def _main(cfg: DictConfig) -> None:
     with one_line_errors(log):
         ckpt = checkpoint_option(cfg)
         options = check_options(cfg)
+        apply_threads(cfg, log)
         task, tokenizer = load_task(ckpt, cfg.device)
         texts = iter_samples(task, tokenizer, str(cfg.prompt), options, num_samples=cfg.num_samples,
                              use_cache=cfg.use_cache, seed=cfg.seed, batch_size=cfg.batch_size)

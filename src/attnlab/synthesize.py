@@ -31,7 +31,8 @@ from . import resume  # noqa: F401  (registers the resume_dir resolver that conf
 from .audio.features import MelExtractor
 from .audio.wav import write_wav
 from .checkpoints import load_task
-from .cli_input import DEVICE_HELP, check, check_output, is_device, is_int, is_number, is_seed, read_lines
+from .cli_input import (DEVICE_HELP, THREADS_HELP, apply_threads, check, check_output, is_device, is_int, is_number,
+                        is_seed, is_threads, read_lines)
 from .data.characters import CharVocab, normalize_text
 from .errors import CheckpointError, InputError, one_line_errors
 from .hydra_errors import one_line_hydra_errors
@@ -160,6 +161,7 @@ def check_options(cfg: DictConfig) -> None:
     check(cfg, "input_errors", lambda v: v in ("strict", "replace"), "strict or replace")
     check_output("out_dir", cfg.get("out_dir"), folder=True)
     check(cfg, "device", is_device, DEVICE_HELP)
+    check(cfg, "threads", is_threads, THREADS_HELP)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="synthesize")
@@ -173,6 +175,7 @@ def _main(cfg: DictConfig) -> None:
         if not Path(cfg.ckpt).expanduser().is_file():
             raise CheckpointError(f"checkpoint not found: {Path(cfg.ckpt).expanduser().resolve()}")
         texts = read_texts(str(cfg.text), cfg.input_errors)
+        apply_threads(cfg, log)
         task = load_tts(cfg.ckpt, cfg.device)
         out_dir = Path(cfg.out_dir) if cfg.get("out_dir") else Path(HydraConfig.get().runtime.output_dir)
         for r in synthesize(task, texts, out_dir, max_frames_per_char=cfg.max_frames_per_char,

@@ -24,7 +24,8 @@ from omegaconf import DictConfig
 
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 from .checkpoints import load_task
-from .cli_input import DEVICE_HELP, Progress, check, check_output, is_device, is_int, read_lines, write_output
+from .cli_input import (DEVICE_HELP, THREADS_HELP, Progress, apply_threads, check, check_output, is_device, is_int,
+                        is_threads, read_lines, write_output)
 from .decoding.options import DecodingOptions
 from .errors import CheckpointError, InputError, InputTooLongError, OptionError, one_line_errors
 from .hydra_errors import one_line_hydra_errors
@@ -128,6 +129,7 @@ def check_options(cfg: DictConfig) -> DecodingOptions:
     check(cfg, "input_errors", lambda v: v in ("strict", "replace"), "strict or replace")
     check_output("output", cfg.get("output"))
     check(cfg, "device", is_device, DEVICE_HELP)
+    check(cfg, "threads", is_threads, THREADS_HELP)
     return options
 
 
@@ -164,6 +166,7 @@ def _translate(cfg: DictConfig) -> None:
     lines = [line.strip() for line in lines]
     if not any(lines):
         raise InputError(f"no input sentences in {name} (give input=<file> or pipe text into stdin)")
+    apply_threads(cfg, log)
     task, _ = load_task(cfg.ckpt, "attnlab.tasks.translation.TranslationTask", "translation", cfg.device)
     check_beam(task, options)
     result = translate_all(task, lines, options, batch_size=cfg.batch_size, on_too_long=cfg.on_too_long)
