@@ -34,6 +34,9 @@ from attnlab.paths import CONF_DIR
 
 
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory, cache_dir) -> Path:
     return finished_run(tmp_path_factory, cache_dir)
@@ -318,3 +321,44 @@ def test_an_ljspeech_id_that_is_a_path_is_one_line(uid, tmp_path):
     (tmp_path / "metadata.csv").write_text(f"u0|fine|fine\n{uid}|text|text\n", encoding="utf-8")
     with pytest.raises(CorpusError, match=r"metadata.csv:2: the id .* is not a plain file name"):
         read_metadata(tmp_path)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# a checkpoint's tokenizer cannot make a text grow without bound
+# ----------------------------------------------------------------------------------------------------------------
+def _doubling_rules(n: int, kind: str) -> dict:
+    pattern = {"String": "a"} if kind == "String" else {"Regex": "a*"}
+    return {"type": "Sequence", "normalizers": [{"type": "Replace", "pattern": pattern, "content": "aa"}] * n}
+
+
+@pytest.mark.parametrize("kind", ["String", "Regex"])
+def test_a_tokenizer_whose_rules_would_grow_text_without_bound_is_one_line(kind, cache_dir, tmp_path):
+    """40 rules "a" -> "aa" make one "a" 2**40 characters: refused before any text is normalized."""
+    import json
+
+    ckpt = torch.load(FIXTURES / "legacy_transformer_mt.ckpt", weights_only=True)
+    spec = json.loads(ckpt["tokenizer"])
+    spec["normalizer"] = _doubling_rules(40, kind)
+    ckpt["tokenizer"] = json.dumps(spec)
+    path = tmp_path / "hostile.ckpt"
+    torch.save(ckpt, path)
+    (tmp_path / "in.txt").write_text("a\n")
+    out = run_cli([f"ckpt={path}", "beam_size=1", f"input={tmp_path / 'in.txt'}", f"hydra.run.dir={tmp_path / 'run'}"],
+                  cache_dir, timeout=120, script="translate.py")
+    assert out.returncode == 2, out.stdout[-3000:]
+    line = one_error_line(out.stdout, "its normalizer could make a text up to")
+    assert str(path) in line and "times longer" in line
+
+
+def test_every_committed_tokenizer_and_every_normalize_option_is_within_the_bound():
+    import json
+
+    from attnlab.data.normalization import MAX_GROWTH, TextNormalization, growth, normalizer_json
+
+    for f in sorted(FIXTURES.glob("*.ckpt")):
+        text = torch.load(f, weights_only=True).get("tokenizer")
+        assert text is None or growth(json.loads(text).get("normalizer")) <= MAX_GROWTH, f
+    every = TextNormalization.from_config({"unicode": "NFKC", "case": "corpus_words", "whitespace": True,
+                                           "remove": ",.;", "replace": {"&": " and ", r"\b\d+\b": "<num>"}})
+    spec = json.loads(normalizer_json(every.normalizer(["Hello world and one", "two Three"])))
+    assert growth(spec) <= MAX_GROWTH and growth(_doubling_rules(40, "String")) > MAX_GROWTH

@@ -147,3 +147,64 @@ def normalizer_json(normalizer: normalizers.Normalizer | None) -> str:
 def _escape(c: str) -> str:
     """One character inside an Oniguruma character class."""
     return "\\" + c if c in "\\]^-[" else c
+
+
+# --- how much a saved normalizer can lengthen a text ---------------------------------------------------------------
+# A tokenizer read from a file (a checkpoint's) brings its normalizer: a chain of Replace rules that each lengthen
+# what they match (40 rules "a" -> "aa" make one "a" 2**40 characters) would exhaust memory on the first input. The
+# bound is computed from the rules, before any text is normalized: a Replace multiplies the length by at most its
+# replacement's length over its pattern's shortest match (its replacement plus one where the pattern may match the
+# empty string); a Unicode form by the most characters one character decomposes into. The product over the rules is
+# pessimistic (rules rarely all lengthen the same text), hence a generous limit: exponential chains exceed it at once.
+MAX_GROWTH = 1e6
+_GROWTH = {"NFC": 3, "NFD": 4, "NFKC": 18, "NFKD": 18, "Lowercase": 3, "Strip": 1, "StripAccents": 1,
+           "BertNormalizer": 18}
+_CORPUS_WORD = re.compile(r"\(\?i\)\(\?<!\\p\{L\}\)(\w+)\(\?!\\p\{L\}\)")  # what case=corpus_words writes
+
+
+def _shortest_match(pattern: Mapping) -> int:
+    """A lower bound on a Replace pattern's match length: a plain string's length; the patterns this module writes
+    (a corpus word between look-arounds, a character class, ``\\s+``); 0 for any other regex."""
+    if isinstance(pattern.get("String"), str):
+        return len(pattern["String"])
+    regex = pattern.get("Regex")
+    if not isinstance(regex, str):
+        return 0
+    word = _CORPUS_WORD.fullmatch(regex)
+    if word:
+        return len(word.group(1))
+    try:  # Python's parser reads most Oniguruma patterns alike; one it cannot read may match the empty string
+        from re import _parser
+
+        return int(_parser.parse(regex).getwidth()[0])
+    except Exception:  # noqa: BLE001 - re.error, or syntax only Oniguruma has (\p{L})
+        return 0
+
+
+def growth(spec: Mapping | None) -> float:
+    """An upper bound on how many times longer the normalizer ``spec`` (its JSON as a dict; None: none) makes a
+    text; infinite for a kind of normalizer it does not know."""
+    if spec is None:
+        return 1.0
+    kind = spec.get("type")
+    if kind == "Sequence":
+        total = 1.0
+        for step in spec.get("normalizers") or []:
+            total *= growth(step)
+        return total
+    if kind == "Replace":
+        content = spec.get("content") if isinstance(spec.get("content"), str) else ""
+        shortest = _shortest_match(spec.get("pattern") or {})
+        return max(1.0, len(content) / shortest) if shortest else len(content) + 1.0
+    if kind == "Prepend":
+        return 1.0 + len(str(spec.get("prepend", "")))
+    return float(_GROWTH.get(str(kind), float("inf")))
+
+
+def growth_problem(spec: Mapping | None) -> str | None:
+    """Why a saved normalizer could exhaust memory (one phrase), or None."""
+    bound = growth(spec)
+    if bound <= MAX_GROWTH:
+        return None
+    return (f"its normalizer could make a text up to {bound:.3g} times longer (at most {MAX_GROWTH:g}): "
+            f"damaged or hand-made")

@@ -12,6 +12,7 @@ a checkpoint then rebuilds its own model (``Task.load_from_checkpoint(path)``) w
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from ..checkpoint_upgrade import (upgrade_net_config, upgrade_optimizer_config, 
 from ..state_fit import check_fits
 from ..modules.moe import expert_fractions, moe_losses
 from ..optim import build_lr_schedule, build_optimizer
+from ..data.normalization import growth_problem
 from ..data.tokenizer import BPETokenizer
 from ..errors import CheckpointError
 from .protocols import StepOutput
@@ -60,6 +62,13 @@ def saved_tokenizer(checkpoint: dict, where: str | Path = "the checkpoint") -> B
     text = checkpoint.get("tokenizer")
     if not isinstance(text, str) or not text:
         return None
+    try:  # the normalizer's bound before the tokenizer normalizes anything
+        spec = json.loads(text)
+        too_long = growth_problem(spec.get("normalizer")) if isinstance(spec, dict) else None
+    except ValueError:
+        too_long = None  # not JSON: the tokenizers library says what is wrong below
+    if too_long:
+        raise CheckpointError(f"{where}: its tokenizer cannot be used: {too_long}")
     try:
         raw = Tokenizer.from_str(text)
     except Exception as e:  # noqa: BLE001 - the tokenizers library raises a bare Exception for a damaged file
