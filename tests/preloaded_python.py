@@ -94,7 +94,10 @@ def _serve(path: str) -> dict:
             continue
         conn.settimeout(None)
         with conn:
-            request = json.loads(conn.makefile("r").readline())
+            try:
+                request = json.loads(conn.makefile("r").readline())
+            except ValueError:  # a client that failed before sending its request: serve the next one
+                continue
             pid = os.fork()
             if pid == 0:
                 listener.close()
@@ -293,7 +296,7 @@ def run(args: list[str], *, cwd=None, env=None, input=None, timeout=None, captur
         stderr=None, text=None, check=False, **kwargs) -> subprocess.CompletedProcess:
     """``subprocess.run`` for ``[sys.executable, script.py | -m module, *args]``, through the preloaded server when
     it can reproduce the command exactly (see the module docstring), else a real ``subprocess.run``."""
-    env = dict(os.environ if env is None else env)
+    env = {k: os.fspath(v) for k, v in (os.environ if env is None else env).items()}  # (a Path, as subprocess takes)
     merged = stderr == subprocess.STDOUT
     captured = capture_output or (stdout == subprocess.PIPE and stderr in (subprocess.PIPE, subprocess.STDOUT))
     text = text or kwargs.get("universal_newlines") or kwargs.get("encoding") is not None
