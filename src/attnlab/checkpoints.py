@@ -300,13 +300,11 @@ def check_for_model(path: str | Path, model_cfg: Any) -> dict | None:
     return ckpt
 
 
-# the path-valued fields of a ModelCheckpoint state (Lightning's and RunCheckpoint's journal)
-_PATH_FIELDS = ("best_model_path", "last_model_path", "kth_best_model_path")
-
-
 def _callback_paths(state: dict) -> list[tuple[str, Any]]:
     """(field, value) for every file path a ``ModelCheckpoint`` state names."""
-    out = [(k, state[k]) for k in _PATH_FIELDS if state.get(k)]
+    from .folder_paths import CHECKPOINT_PATH_FIELDS
+
+    out = [(k, state[k]) for k in CHECKPOINT_PATH_FIELDS if state.get(k)]
     if isinstance(state.get("best_k_models"), dict):
         out += [("best_k_models", k) for k in state["best_k_models"]]
     pending = state.get("pending")

@@ -26,6 +26,8 @@ from .errors import FolderError
 
 # subfolders another program writes, with links of its own that it replaces instead of writing through
 OTHER_PROGRAMS = ("wandb",)
+# the single-path fields of a ModelCheckpoint state (besides its top-k dict and RunCheckpoint's journal lists)
+CHECKPOINT_PATH_FIELDS = ("best_model_path", "last_model_path", "kth_best_model_path")
 
 
 def plain_name(value: object) -> bool:

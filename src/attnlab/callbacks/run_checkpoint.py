@@ -43,7 +43,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from .. import loop_position
 from ..atomic_files import write_atomic
-from ..folder_paths import name_in
+from ..folder_paths import CHECKPOINT_PATH_FIELDS, name_in
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ def _in_this_folder(state: dict[str, Any], saved_dir: Any, dirpath: str | None) 
         return str(Path(dirpath) / name) if name is not None and name.endswith(".ckpt") else None
 
     out: dict[str, Any] = {}
-    for key in ("best_model_path", "last_model_path", "kth_best_model_path"):
+    for key in CHECKPOINT_PATH_FIELDS:
         if key in state:
             out[key] = moved(state[key]) or ""
     if isinstance(state.get("best_k_models"), dict):
