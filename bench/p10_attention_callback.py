@@ -51,7 +51,7 @@ def _fit_and_time_steps(cfg, steps: int, tmp: str):
     import hydra
     import lightning as L
 
-    from attnlab.train import build_model
+    from attnlab.run_build import build_model
 
     dm = hydra.utils.instantiate(cfg.data)
     model = build_model(cfg.model)

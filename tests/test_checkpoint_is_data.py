@@ -175,12 +175,11 @@ def test_the_allow_list_is_computed_from_conf_and_keeps_every_shipped_target():
 
 
 def test_every_builder_checks_before_it_instantiates(tmp_path):
-    """The places that turn a config into objects (task net, parts built in Python, train.py's model) refuse by
-    themselves too, so a loader that bypasses load_task (Task.load_from_checkpoint) is covered."""
+    """The places that turn a config from a file into objects (the task's net, which Lightning's own
+    Task.load_from_checkpoint reaches without load_task; parts built in Python) refuse by themselves too. train.py's
+    model is checked once, in its plan (tests/test_train.py), not again by the builder."""
     from attnlab.modules.parts import resolve_norm, resolve_part
     from attnlab.tasks.base import build_net
-    from attnlab.train import build_model
-    from omegaconf import OmegaConf
 
     marker = tmp_path / "marker"
     hostile = hostile_configs(marker)["builtins.open"]
@@ -188,9 +187,7 @@ def test_every_builder_checks_before_it_instantiates(tmp_path):
     net["norm"] = {"placement": "pre", "layer": {**hostile, "_partial_": True}}
     for build in (lambda: build_net(net), lambda: resolve_norm(net["norm"]),
                   lambda: resolve_part("ffn", {"_target_": "attnlab.modules.feedforward.FeedForward",
-                                               "_partial_": True, "activation": hostile}, None),
-                  lambda: build_model(OmegaConf.create({"_target_": "builtins.open", "file": str(marker),
-                                                        "mode": "w"}))):
+                                               "_partial_": True, "activation": hostile}, None)):
         with pytest.raises(UnsafeTargetError, match="builtins.open"):
             build()
     assert not marker.exists()

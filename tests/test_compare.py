@@ -17,7 +17,7 @@ from helpers import compose_train, run_cli
 from scipy import stats
 
 from attnlab.compare import compare, main
-from attnlab.train import prepare_loggers
+from attnlab.run_plan import prepare_loggers
 from attnlab.utils.sweep import setting_name, setting_overrides
 
 # two validation points per job (2 epochs of 2 batches), no test, the slow callbacks off; CSV and W&B offline

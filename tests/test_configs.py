@@ -16,7 +16,7 @@ from attnlab.modules.block import EncoderBlock
 from attnlab.modules.feedforward import FeedForward
 from attnlab.modules.moe import MixtureOfExperts
 from attnlab.paths import CONF_DIR
-from attnlab.train import build_model
+from attnlab.run_build import build_model
 from attnlab.errors import ConfigError
 from attnlab.utils.config import check_block_groups, used_groups
 

@@ -32,7 +32,7 @@ import torch
 from helpers import compose_train, run_cli
 
 from attnlab.quoting import hydra_value
-from attnlab.train import build_model
+from attnlab.run_build import build_model
 
 STEPS = 4
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}

@@ -136,6 +136,7 @@ def test_another_tokenizer_says_why_for_generated_and_for_given_data(source):
     from types import SimpleNamespace
 
     from attnlab.errors import ResumeError
+    from attnlab.checkpoints import read_trusted
     from attnlab.resume import check_tokenizer
     from attnlab.tasks.base import saved_tokenizer
 
@@ -143,7 +144,7 @@ def test_another_tokenizer_says_why_for_generated_and_for_given_data(source):
     other = saved_tokenizer(torch.load(fixtures / "legacy_causal_lm.ckpt", weights_only=True))
     datamodule = SimpleNamespace(tokenizer=other, hparams={"source": source})
     with pytest.raises(ResumeError) as refused:
-        check_tokenizer(fixtures / "legacy_transformer_mt.ckpt", datamodule, "resume")
+        check_tokenizer(read_trusted(fixtures / "legacy_transformer_mt.ckpt"), datamodule, "resume")
     message = str(refused.value)
     assert ("generates the numbers data differently" in message) == (source == "numbers")
     assert ("restore it" in message) == (source != "numbers")

@@ -22,6 +22,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from attnlab import resume, run_folder
+from attnlab.checkpoints import read_trusted
 from attnlab.data.corpus import pydoc_text
 from attnlab.paths import CONF_DIR
 
@@ -376,12 +377,12 @@ def test_resume_compares_the_tokenizer_itself_with_the_checkpoints(finished, cac
     OmegaConf.update(saved, "data.cache_dir", cache_dir)
     same = hydra.utils.instantiate(saved.data)
     same.setup("fit")
-    resume.check_tokenizer(finished / resume.LAST, same)  # the first part's data: its tokenizer
+    resume.check_tokenizer(read_trusted(finished / resume.LAST), same)  # the first part's data: its tokenizer
 
     other = hydra.utils.instantiate(saved.data, source="text_file", path=str(edited_book))
     other.setup("fit")
     with pytest.raises(resume.ResumeError, match="the tokenizer these data give is not the one saved in"):
-        resume.check_tokenizer(finished / resume.LAST, other)
+        resume.check_tokenizer(read_trusted(finished / resume.LAST), other)
 
 
 @pytest.mark.parametrize("full_error", ["1"])  # unset: test_train_py_resume_with_other_data_is_refused...

@@ -11,7 +11,8 @@ from helpers import compose_train, run_cli
 
 from attnlab.decoding import DecodingOptions
 from attnlab.models.seq2seq_rnn import Seq2SeqRNN
-from attnlab.train import build_model, run
+from attnlab.run_build import build_model
+from attnlab.train import run
 from attnlab.translate import translate_lines
 from attnlab.errors import ConfigError
 from attnlab.utils.config import check_block_groups

@@ -19,7 +19,8 @@ import torch
 from helpers import compose_train, explorer_data, wandb_html_keys
 
 from attnlab.paths import ROOT
-from attnlab.train import build_model, run
+from attnlab.run_build import build_model
+from attnlab.train import run
 from attnlab.errors import ConfigError
 from attnlab.utils.config import check_block_groups
 from preloaded_python import run as run_python

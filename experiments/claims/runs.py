@@ -56,7 +56,7 @@ def task_at_init(job: Job):
     """The LM job's task as train.py built it before the first step (same config, same seed), in eval mode."""
     import lightning as L
 
-    from attnlab.train import build_model
+    from attnlab.run_build import build_model
 
     L.seed_everything(int(job.config.seed), verbose=False)
     return build_model(job.config.model).eval()

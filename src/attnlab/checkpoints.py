@@ -6,8 +6,9 @@ command the moment it is loaded, before any check of what it holds. Every path t
 ``generate``/``translate``/``synthesize`` entry points, ``train.py`` test/``ckpt_path``/``resume``, the claims, the
 notebooks) therefore goes through :func:`read_checkpoint` or :func:`checked_contents` here, which load with
 ``weights_only=True``: PyTorch's restricted unpickler accepts tensors and plain containers only and refuses any
-other global *before* calling it. Each reads the file once: an entry point's :func:`load_task` builds the task
-from the dict it read; train.py's checks of ``ckpt_path=`` / ``resume=`` share one read (:func:`checked_contents`).
+other global *before* calling it. Each reads the file once (:func:`read_trusted`): the :class:`TrustedCheckpoint` it
+gives is what every later step uses (an entry point's :func:`load_task` builds the task from it; train.py's plan
+carries the one of ``ckpt_path=`` / ``resume=`` through the run), so nothing reads or checks the file again.
 
 What train.py writes is plain already: the task's hyper-parameters are plain dicts (``train.build_model`` converts
 the config), the tokenizer is a JSON string, the random state is tensors and tuples, callback and data-module states
@@ -36,6 +37,7 @@ import pickle
 import re
 import zipfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +45,7 @@ import hydra
 import torch
 
 from .allowed_targets import check_targets, check_task_class
-from .errors import CheckpointError, UnsafeCheckpointError, UserError
+from .errors import CheckpointError, DamagedCheckpointError, UnsafeCheckpointError, UserError
 from .state_fit import check_fits
 
 # Types the safe unpickler may build beyond tensors and plain containers. Empty: attnlab's checkpoints need none.
@@ -94,16 +96,10 @@ def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
     return ckpt
 
 
-# train.py's checks of the checkpoint it continues from (its archive, its family, its sizes, its tokenizer) run in
-# the run-folder callback, the job and the run: they share one read of the file, kept while the file is unchanged
-# (same inode, size and mtime) until :func:`release` (before training starts). Lightning's restore reads it again.
-_last_read: tuple[tuple, tuple[str | None, Any]] | None = None
-
-
-def _archive_damage(f) -> str | None:
+def archive_damage(path: str | Path, handle=None) -> str | None:
     """Why the zip archive of a torch checkpoint is damaged (its directory, every member's CRC), or None."""
     try:
-        with zipfile.ZipFile(f) as archive:
+        with zipfile.ZipFile(handle if handle is not None else Path(path)) as archive:
             bad = archive.testzip()
         return None if bad is None else f"member {bad} fails its CRC check"
     except zipfile.BadZipFile as e:
@@ -112,60 +108,112 @@ def _archive_damage(f) -> str | None:
         return str(e)
 
 
-def _read_once(path: Path) -> tuple[str | None, Any]:
-    """(archive damage or None, the contents or the exception loading them raised): one open of the file, the
-    integrity check and ``torch.load(weights_only=True)`` on the same handle; again only if the file changed."""
-    global _last_read
-    st = path.stat()
-    key = (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    if _last_read is not None and _last_read[0] == key:
-        return _last_read[1]
-    with open(path, "rb") as f:
-        damage = _archive_damage(f)
-        f.seek(0)
-        try:
-            contents: Any = torch.load(f, map_location="cpu", weights_only=True)
-        except Exception as e:  # noqa: BLE001 - named by _refusal where the contents are needed
-            contents = e
-    _last_read = (key, (damage, contents))
-    return _last_read[1]
+def _damaged(path: Path, reason: str, option: str) -> DamagedCheckpointError:
+    """A truncated or corrupted checkpoint, in one line naming an intact one next to it to continue from (the damaged
+    file is left as it is)."""
+    from .quoting import shell_override
+
+    intact = [q for q in sorted(path.parent.glob("*.ckpt"), key=lambda q: q.stat().st_mtime, reverse=True)
+              if q != path and archive_damage(q) is None]
+    epochs = [q for q in intact if q.name.startswith("epoch_")]
+    use = (epochs or intact or [None])[0]
+    hint = (f"continue from the intact {use.name} with {shell_override(option, use)}" if use is not None
+            else "no intact checkpoint next to it: start the run anew")
+    return DamagedCheckpointError(f"checkpoint {path} is damaged ({reason}); it is left as it is; {hint}")
 
 
-def release() -> None:
-    """Drop the shared read (train.py: before training, so its tensors do not stay in memory)."""
-    global _last_read
-    _last_read = None
+@dataclass(frozen=True)
+class TrustedCheckpoint:
+    """A checkpoint file read once and checked as data: loaded with ``weights_only=True`` from one open of the file
+    (its archive's CRCs checked on the same handle), its ``task_class`` and every ``_target_`` of its
+    hyper-parameters among the project's own (:mod:`attnlab.allowed_targets`). What later steps need from the file
+    is read from here, never from the file again."""
+
+    path: Path
+    contents: dict
+
+    @property
+    def task_class(self) -> str | None:
+        name = self.contents.get("task_class")
+        return name if isinstance(name, str) else None
+
+    @property
+    def hyper_parameters(self) -> dict | None:
+        hparams = self.contents.get("hyper_parameters")
+        return hparams if isinstance(hparams, dict) else None
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.contents.get("tokenizer")
+
+    @property
+    def data_settings(self) -> Any:
+        """The data module's hyper-parameters it was trained with (they decide its tokenizer and ids)."""
+        return self.contents.get("datamodule_hyper_parameters")
+
+    def loop_position(self):
+        from .loop_position import from_checkpoint
+
+        return from_checkpoint(self.contents)
+
+    def check_fits(self, model: torch.nn.Module) -> None:
+        """Its weights fit ``model`` (built from this run's config), renamed from an earlier layout in a copy: one
+        line naming the first difference, before any logger or trainer exists (Lightning would find out only once
+        it restores the file)."""
+        from .checkpoint_upgrade import upgrade_state_dict
+
+        state = self.contents.get("state_dict")
+        if isinstance(state, dict):
+            net = (self.hyper_parameters or {}).get("net")
+            state = dict(state)
+            upgrade_state_dict(state, net.get("_target_") if isinstance(net, dict) else None)
+        check_fits(model, state, self.path)
+
+    def drop_tensors(self) -> None:
+        """Forget the weights and optimizer state read (train.py, before Lightning restores the file itself: its
+        tensors need not stay in memory twice); the rest stays readable."""
+        for key in ("state_dict", "optimizer_states"):
+            self.contents.pop(key, None)
 
 
-def archive_damage(path: str | Path) -> str | None:
-    """Why a checkpoint file is damaged (truncated, a member failing its CRC), or None: from the shared read."""
-    try:
-        return _read_once(Path(path))[0]
-    except OSError as e:
-        return str(e)
-
-
-def checked_contents(path: str | Path) -> dict:
-    """What ``train.py ckpt_path=`` / ``resume=`` checks: the file's contents from the shared read
-    (``weights_only=True``), a dict, or a one-line :class:`CheckpointError`."""
+def read_trusted(path: str | Path, option: str | None = None) -> TrustedCheckpoint:
+    """The one read of a checkpoint: a missing, unreadable, unsafe or damaged file, or one naming code outside the
+    allow-list, is a one-line :class:`CheckpointError` before anything named in it is imported. ``option``
+    (``resume``, ``ckpt_path``): a damaged file is then refused first, naming an intact checkpoint next to it to
+    continue from with that option; the inference entry points (no option) name what torch could not read."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path.resolve()}")
-    contents = _read_once(path)[1]
+    with open(path, "rb") as f:
+        damage = archive_damage(path, f)
+        f.seek(0)
+        try:
+            contents: Any = _load(f, "cpu")
+        except Exception as e:  # noqa: BLE001 - refused global, truncated file, not a torch file: named below
+            contents = e
+    if damage and option:
+        raise _damaged(path, damage, option)
     if isinstance(contents, Exception):
         raise _refusal(path, contents)
+    if damage:
+        raise _damaged(path, damage, "ckpt")
     if not isinstance(contents, dict):
-        raise CheckpointError(f"{path} is not a checkpoint written by attnlab's train.py")
-    return contents
+        raise CheckpointError(f"{path} is not a checkpoint written by attnlab's train.py (it holds a "
+                              f"{type(contents).__name__}, not a dict)")
+    if isinstance(contents.get("task_class"), str):
+        check_task_class(contents["task_class"], str(path))
+    if isinstance(contents.get("hyper_parameters"), dict):  # before any task class is imported (seconds of Lightning)
+        check_targets(contents["hyper_parameters"], f"{path}: hyper_parameters")
+    return TrustedCheckpoint(path, contents)
 
 
 def verified(ckpt_path: str | Path | None) -> str | Path | None:
-    """``ckpt_path`` unchanged once it is known to load with ``weights_only=True``; for ``trainer.fit/test(
-    ckpt_path=verified(...), weights_only=True)``, so that an unsafe or broken file is one line, not Lightning's
-    traceback."""
+    """``ckpt_path`` unchanged once it is known to load with ``weights_only=True``; for ``trainer.test(
+    ckpt_path=verified(...), weights_only=True)`` of a checkpoint the run wrote itself, so that an unsafe or broken
+    file is one line, not Lightning's traceback."""
     if ckpt_path is None or str(ckpt_path) in LIGHTNING_CKPT_NAMES or "://" in str(ckpt_path):
         return ckpt_path
-    checked_contents(ckpt_path)
+    read_trusted(ckpt_path)
     return ckpt_path
 
 
@@ -250,15 +298,10 @@ def load_task(path: str | Path, expected: type | str, what: str, device: str = "
     (or its import path: imported only once the file has been read, so a bad file is refused before Lightning is
     imported, seconds sooner), ``what`` names it in errors ("language-model", "translation").
 
-    Nothing named in the file is imported before it is checked: ``task_class`` must be one of the project's tasks,
-    every ``_target_`` of its hyper-parameters in :mod:`attnlab.allowed_targets`; a tokenizer the task needs must
-    be there and readable; the weights must fit the model. Each refusal is one line naming the file."""
-    path = Path(path).expanduser()
-    ckpt = read_checkpoint(path, device)
-    if isinstance(ckpt.get("task_class"), str):
-        check_task_class(ckpt["task_class"], str(path))
-    if isinstance(ckpt.get("hyper_parameters"), dict):  # before any task class is imported (seconds of Lightning)
-        check_targets(ckpt["hyper_parameters"], f"{path}: hyper_parameters")
+    Nothing named in the file is imported before it is checked (:func:`read_trusted`); a tokenizer the task needs
+    must be there and readable; the weights must fit the model. Each refusal is one line naming the file."""
+    trusted = read_trusted(path)
+    ckpt, path = trusted.contents, trusted.path
     task_cls = _task_class(ckpt, path, expected, what)
     hyper_parameters(ckpt, path)
     for key in getattr(task_cls, "checkpoint_keys", ()):
@@ -275,20 +318,20 @@ def check_tokenizer(text: Any, path: str | Path, key: str = "tokenizer") -> None
                               f"module): its output could not be decoded")
 
 
-def check_for_model(path: str | Path, model_cfg: Any) -> dict | None:
-    """``train.py ckpt_path=`` / ``resume=``: the checkpoint Lightning will restore is data (every ``_target_`` and
-    its ``task_class`` allowed) and of the family ``model_cfg`` builds; one line otherwise. Needs no model, so it
-    runs before Lightning is imported; whether the weights fit is checked once the model is built
-    (:func:`check_fits`, from ``Task.on_load_checkpoint``). Returns the checkpoint read (memory-mapped), None for
-    a name Lightning resolves itself (``last``, a URL)."""
+def for_training(path: str | Path | None, model_cfg: Any, option: str) -> TrustedCheckpoint | None:
+    """The checkpoint ``train.py ckpt_path=`` / ``resume=`` (``option``) continues from, read once and trusted:
+    intact (a damaged one names an intact one next to it), data (every ``_target_`` and its ``task_class``
+    allowed), its callback states naming only files of their own folder, and of the family ``model_cfg`` builds;
+    one line otherwise. Needs no model, so it runs before Lightning is imported; whether the weights fit is checked
+    once the model is built (:meth:`TrustedCheckpoint.check_fits`). None for a name Lightning resolves itself
+    (``last``, a URL)."""
     if path is None or str(path) in LIGHTNING_CKPT_NAMES or "://" in str(path):
         return None
-    path = Path(str(path)).expanduser()
-    ckpt = checked_contents(path)
-    name = ckpt.get("task_class")
-    if not isinstance(name, str):
+    trusted = read_trusted(path, option)
+    path, ckpt = trusted.path, trusted.contents
+    name = trusted.task_class
+    if name is None:
         raise CheckpointError(f"{path} names no task_class: not a checkpoint written by attnlab's train.py")
-    check_task_class(name, str(path))
     hyper_parameters(ckpt, path)
     check_callback_paths(ckpt, path)
     want = model_cfg.get("_target_") if isinstance(model_cfg, Mapping) else None
@@ -297,7 +340,7 @@ def check_for_model(path: str | Path, model_cfg: Any) -> dict | None:
         raise CheckpointError(f"{path} is {family} checkpoint ({name.rsplit('.', 1)[-1]}), but this run builds "
                               f"{mine} ({str(want).rsplit('.', 1)[-1]}): choose its model= (see its run's "
                               f".hydra/overrides.yaml)")
-    return ckpt
+    return trusted
 
 
 def _callback_paths(state: dict) -> list[tuple[str, Any]]:
@@ -331,22 +374,6 @@ def check_callback_paths(ckpt: dict, path: str | Path) -> None:
                 raise CheckpointError(f"{path}: its checkpoint callback state names {field}={shown[:200]}, not a "
                                       f".ckpt file of its own folder {folder!s:.200}: damaged or hand-made; nothing "
                                       f"was read from that path")
-
-
-def check_file_fits(model: torch.nn.Module, path: str | Path | None) -> None:
-    """:func:`check_fits` for the checkpoint ``train.py ckpt_path=`` restores, right after the model is built and
-    before any logger or trainer exists (Lightning itself would find out only once it restores the file)."""
-    if path is None or str(path) in LIGHTNING_CKPT_NAMES or "://" in str(path) or not Path(str(path)).is_file():
-        return
-    from .checkpoint_upgrade import upgrade_state_dict
-
-    ckpt = checked_contents(path)
-    state = ckpt.get("state_dict")
-    if isinstance(state, dict):  # renamed in a copy: the shared read stays as the file holds it
-        net = (ckpt.get("hyper_parameters") or {}).get("net")
-        state = dict(state)
-        upgrade_state_dict(state, net.get("_target_") if isinstance(net, dict) else None)
-    check_fits(model, state, path)
 
 
 def check_run_config(saved: Any, where: str | Path) -> None:

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from .checkpoint_upgrade import upgrade_net_config, upgrade_targets
-from .errors import DamagedCheckpointError, ResumeError, UserError
-from .quoting import shell_override
+from .errors import ResumeError
+
+if TYPE_CHECKING:
+    from .checkpoints import TrustedCheckpoint
 
 log = logging.getLogger(__name__)
 
@@ -173,32 +175,24 @@ def saved_config(run_dir: str | Path) -> DictConfig | None:
     return upgrade_targets(saved) if isinstance(saved, DictConfig) else None
 
 
-def check_tokenizer(ckpt_path: str | Path, datamodule: Any, option: str = "resume") -> None:
+def check_tokenizer(checkpoint: TrustedCheckpoint, datamodule: Any, option: str = "resume") -> None:
     """The datamodule's tokenizer (after ``setup``) must be the one saved in the checkpoint that ``option``
     (``resume=`` or ``ckpt_path=``) continues from: the checkpoint's embeddings and output layer are indexed by its
     ids. ResumeError (one line) otherwise."""
     tok = getattr(datamodule, "tokenizer", None)
     if tok is None or not hasattr(tok, "to_str"):
         return
-    from .checkpoints import checked_contents  # the read the other checks of this checkpoint share
-
-    try:
-        saved = checked_contents(ckpt_path).get("tokenizer")
-    except UserError:  # unreadable here: the checkpoint loader names the problem
-        return
+    saved, path = checkpoint.tokenizer, checkpoint.path
     if saved is not None and saved != tok.to_str():
         since = "since the first part" if option == "resume" else "since that run"
         hparams = getattr(datamodule, "hparams", None) or {}
         why = (f"the corpus changed {since}; restore it, or start a new run" if hparams.get("source") != "numbers" else
                "this version generates the numbers data differently (zero is always in the training split): a run "
                "of the earlier data cannot be continued; start a new run")
-        raise ResumeError(f"{option}: the tokenizer these data give is not the one saved in {ckpt_path} (its ids "
+        raise ResumeError(f"{option}: the tokenizer these data give is not the one saved in {path} (its ids "
                           f"would not match the checkpoint's embeddings): {why}")
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# resume=auto: the newest run of this model
-# ----------------------------------------------------------------------------------------------------------------
 def has_checkpoint(run: Path) -> bool:
     return (run / LAST).is_file() or any((run / LAST).parent.glob("last-v*.ckpt"))
 
@@ -275,21 +269,13 @@ def last_checkpoint(run_dir: str | Path, resume) -> Path:
 
 def check_intact(path: str | Path, option: str = "resume") -> None:
     """Refuse a truncated or corrupted checkpoint in one line, naming an intact one next to it (the damaged file
-    is left as it is). A torch checkpoint is a zip archive: its directory and every member's CRC are checked, in the
-    read the other checks of this checkpoint share (:func:`attnlab.checkpoints.archive_damage`)."""
-    from .checkpoints import archive_damage
+    is left as it is). A torch checkpoint is a zip archive: its directory and every member's CRC are checked.
+    (:func:`attnlab.checkpoints.read_trusted` does this in its one read; this is for a file not to be read.)"""
+    from .checkpoints import _damaged, archive_damage
 
-    path = Path(path)
     reason = archive_damage(path)
-    if reason is None:
-        return
-    intact = [p for p in sorted(path.parent.glob("*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
-              if p != path and archive_damage(p) is None]
-    epochs = [p for p in intact if p.name.startswith("epoch_")]
-    use = (epochs or intact or [None])[0]
-    hint = (f"continue from the intact {use.name} with {shell_override(option, use)}" if use is not None
-            else "no intact checkpoint next to it: start the run anew")
-    raise DamagedCheckpointError(f"checkpoint {path} is damaged ({reason}); it is left as it is; {hint}")
+    if reason is not None:
+        raise _damaged(Path(path), reason, option)
 
 
 # ----------------------------------------------------------------------------------------------------------------

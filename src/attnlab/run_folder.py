@@ -39,7 +39,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
@@ -51,12 +51,16 @@ from .errors import ConfigError, FolderError, UsedFolderError, UserError, one_li
 from .folder_paths import check_no_links
 from .run_lock import LOCK_NAME, RunLock
 
+if TYPE_CHECKING:
+    from .checkpoints import TrustedCheckpoint
+
 log = logging.getLogger(__name__)
 
 _locks: dict[Path, RunLock] = {}
 _created: dict[Path, Path] = {}  # run folder -> the topmost folder this process created for it
 _found_empty: set[Path] = set()  # run folders that existed, empty, before this process
 _previous_configs: dict[Path, DictConfig] = {}  # resumed run -> its saved config from before this run
+_checkpoints: dict[Path, TrustedCheckpoint] = {}  # resumed run -> its checkpoint, read and trusted
 
 
 _auto_skipped: dict[Path, str] = {}  # resume=auto: the newer runs (of other models) it passed over
@@ -67,12 +71,18 @@ def skipped_by_auto(run_dir: str | Path) -> str:
     return _auto_skipped.get(Path(run_dir).absolute(), "")
 
 
+def checked_checkpoint(run_dir: str | Path) -> TrustedCheckpoint | None:
+    """``resume=``: the checkpoint this Hydra callback read and trusted before Hydra wrote into the run's folder
+    (None in a DDP rank or a sweep's job, which read it in their own plan)."""
+    return _checkpoints.pop(Path(run_dir).absolute(), None)
+
+
 def previous_config(run_dir: str | Path) -> DictConfig | None:
     """The resumed run's ``.hydra/config.yaml`` as it was before Hydra overwrote it with this run's."""
     return _previous_configs.get(Path(run_dir).absolute())
 
 
-def _launching_process() -> bool:
+def launching_process() -> bool:
     """Rank 0, read from the environment the way Lightning's ``rank_zero_only`` reads it (without importing
     Lightning, which a refused command line should not pay for): torchrun/Lightning, SLURM, LSF."""
     for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
@@ -314,7 +324,7 @@ def check_resume(config: DictConfig, run_dir: Path) -> None:
         newer = [(r, m) for r in (order[:order.index(run_dir)] if run_dir in order else [])[:20]
                  for m in [resume.saved_model(r)] if m is not None and resume.model_differences(m, here)]
         _auto_skipped[run_dir] = ", ".join(f"{r.name} ({resume.describe(m)})" for r, m in newer[:3])
-    from .checkpoints import check_for_model, check_run_config  # (torch: only when resuming)
+    from .checkpoints import check_run_config, for_training  # (torch: only when resuming)
 
     ckpt = resume.last_checkpoint(run_dir, value)
     saved = resume.saved_config(run_dir)  # read once: checked, compared, and kept for train.py's warnings
@@ -335,8 +345,8 @@ def check_resume(config: DictConfig, run_dir: Path) -> None:
     if other:
         raise resume.ResumeError(f"resume={value}: {run_dir} was trained with another optimizer ({other}): its checkpoint holds that "
                                  f"optimizer's state; give the first part's optim= (see {run_dir / resume.SAVED_CONFIG})")
-    resume.check_intact(ckpt, option="resume")
-    check_for_model(ckpt, config.get("model"))  # the checkpoint is data too, and of this model's family
+    # the one read of the checkpoint: intact, data, of this model's family; the job's plan takes it from here
+    _checkpoints[run_dir] = for_training(ckpt, config.get("model"), "resume")
     if saved is not None:
         _previous_configs[run_dir] = saved
 
@@ -442,7 +452,7 @@ def _resuming(config: DictConfig) -> bool:
 class RunFolderGuard(Callback):
     @_never_swallowed
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if not _launching_process():
+        if not launching_process():
             return
         run_dir = _run_dir(config)
         check_resume(config, run_dir)
@@ -453,7 +463,7 @@ class RunFolderGuard(Callback):
 
     @_never_swallowed
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if not _launching_process():
+        if not launching_process():
             return
         HydraConfig.instance().set_config(config)
         sweep_dir = Path(os.path.abspath(str(OmegaConf.select(config, "hydra.sweep.dir"))))
@@ -464,7 +474,7 @@ class RunFolderGuard(Callback):
 
     @_never_swallowed
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if _launching_process():  # a single run: already claimed in on_run_start; a sweep's job: its own folder
+        if launching_process():  # a single run: already claimed in on_run_start; a sweep's job: its own folder
             claim(Path(config.hydra.runtime.output_dir))
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:

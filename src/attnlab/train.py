@@ -1,8 +1,9 @@
 """Training entry point: ``python train.py [group=option ...] [key=value ...]`` (or ``attnlab-train``).
 
-Composes conf/train.yaml, builds data, model, callbacks, loggers and trainer from it, fits, tests with the best
-checkpoint, and returns ``optimized_metric`` for sweepers. Each Hydra job (single run or one job of ``-m``) is one
-run directory and one W&B run.
+Each Hydra job (a single run or one job of ``-m``) is one run folder and one W&B run: its config is planned once
+(:func:`attnlab.run_plan.preflight`: every check, one line for a bad value, file or checkpoint, before Lightning is
+imported), then :func:`run` builds data, model, callbacks, loggers and trainer from the plan, fits, tests with the
+best checkpoint, and the job returns ``optimized_metric`` for sweepers.
 """
 
 from __future__ import annotations
@@ -13,177 +14,68 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 
 from . import ddp, resume, run_folder
-from .allowed_targets import check_targets
 from .atomic_files import disk_full, write_atomic
-from .errors import CheckpointWriteError, ConfigError, NonFiniteLossError, find_user_error, one_line_message
+from .errors import CheckpointWriteError, NonFiniteLossError, find_user_error, one_line_message
 from .log_file import raise_if_failed, watch_file_handlers
 from .paths import CONF_DIR
 from .quoting import shell_override
+from .run_build import drop_callbacks_needing_a_logger, finish_loggers, instantiate_all, rank_zero, \
+    with_run_checkpointing
+from .run_plan import RunPlan, plan, preflight, print_plan, task_overrides
 from .utils import threads
-from .utils.hardware import slow_bf16_warning
+from .utils.config import flatten
 from .utils.run_summary import summary_lines
-from .utils.sweep import WANDB_TAG_MAX, one_line, setting_name, setting_overrides, write_job_status, write_summary
-from .utils.config import auto_tags, check_block_groups, flatten, print_config_tree, used_groups
-from .utils.validate import validate_config
+from .utils.sweep import one_line, write_job_status, write_summary
 
 if TYPE_CHECKING:
     import lightning as L
 
     from .callbacks.stage_signals import StageSignals
 
-# Lightning (~4 s of imports on a small CPU) is imported only once the config has passed its checks, so a refused
-# command line answers in about a second (and the tests that provoke refusals stay cheap).
-
 log = logging.getLogger(__name__)
 
 
-def _rank_zero() -> bool:
-    from lightning.pytorch.utilities import rank_zero_only
-
-    return rank_zero_only.rank == 0
-
-
-def instantiate_all(group: DictConfig | None) -> list[Any]:
-    """Instantiate every entry with a ``_target_`` of a callbacks/logger group (entries may be null)."""
-    if not group:
-        return []
-    return [hydra.utils.instantiate(c) for c in group.values() if isinstance(c, DictConfig) and "_target_" in c]
-
-
-def drop_callbacks_needing_a_logger(callbacks: list, loggers: list) -> list:
-    """``logger=none``: leave out the callbacks that only report to a logger (Lightning refuses to start them)."""
-    if loggers:
-        return callbacks
-    from lightning.pytorch.callbacks import DeviceStatsMonitor, LearningRateMonitor
-
-    needy = [cb for cb in callbacks if isinstance(cb, (LearningRateMonitor, DeviceStatsMonitor))]
-    if needy:
-        log.info(f"no logger: leaving out {', '.join(type(cb).__name__ for cb in needy)} (it reports to a logger)")
-    return [cb for cb in callbacks if cb not in needy]
-
-
-def with_run_checkpointing(cfg: DictConfig, callbacks: list) -> list:
-    """Every run records where each checkpoint stands (``ExactResume``: a resumed run continues exactly there)
-    and, unless ``trainer.enable_checkpointing=false``, keeps ``<run dir>/checkpoints/last.ckpt``: with
-    ``callbacks=none`` (or ``callbacks.model_checkpoint=null``) Lightning would add its own ``ModelCheckpoint``,
-    which writes under ``<run dir>/<logger>/<version>/checkpoints/`` and keeps no ``last.ckpt``."""
-    from lightning.pytorch.callbacks import Checkpoint
-
-    from .callbacks.exact_resume import ExactResume
-    from .callbacks.run_checkpoint import RunCheckpoint
-
-    out = [ExactResume(), *callbacks]
-    if cfg.trainer.get("enable_checkpointing", True) is not False and not any(isinstance(c, Checkpoint) for c in out):
-        out.append(RunCheckpoint(dirpath=str(Path(cfg.paths.output_dir) / "checkpoints"), save_last=True,
-                                 save_top_k=0, enable_version_counter=False))
-    return out
-
-
-def _plain(node: Any) -> Any:
-    """A config node resolved into plain containers; one already resolved (a dict) is copied at its top level."""
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
-
-
-def build_model(model_cfg: DictConfig | dict, optim: DictConfig | dict | None = None,
-                sched: DictConfig | dict | None = None) -> L.LightningModule:
-    """The task of ``model_cfg``, optimized as the ``optim`` and ``sched`` groups say (without them: AdamW and
-    warm-up + cosine over the model's own ``optimizer`` / ``scheduler`` values). Each is a config node or the plain
-    containers it resolves to (train.py resolves the whole config once)."""
-    cfg = _plain(model_cfg)
-    # describe the model for train.py, not constructor arguments: its name, and `shortcuts`, keys like
-    # `model.attention` that exist only to be interpolated into `net` from the command line
-    for meta in ("name", "shortcuts", *(cfg.get("shortcuts") or [])):
-        cfg.pop(meta, None)
-    # the model's tuned values were read by the groups' interpolations: the task gets what to build
-    for key, group in (("optimizer", optim), ("scheduler", sched)):
-        if group is not None:
-            cfg[key] = _plain(group)
-    check_targets(cfg, "model")  # what the checkpoint will hold: only classes every loader accepts
-    # plain dicts, not DictConfigs, reach the task: its saved hyper-parameters then load with weights_only=True
-    return hydra.utils.instantiate(cfg, _convert_="all")
-
-
-def prepare_loggers(cfg: DictConfig, overrides: list[str] | None = None, net: dict | None = None) -> None:
-    """Fill W&B run name, group and tags from the chosen groups, unless the config sets them.
-
-    The group is the job's setting: the experiment (or model) name and the command line's overrides minus ``seed``
-    and run bookkeeping (:func:`~attnlab.utils.sweep.setting_name`), so the seeds of ``-m norm=pre,rms
-    seed=0,1,2`` land in two groups that W&B's "group by" averages; each run is also tagged ``seed=<n>`` and with
-    every override of its setting. ``overrides``: the command line's (default: this Hydra job's). ``net``:
-    ``model.net`` already resolved."""
-    wb = (cfg.get("logger") or {}).get("wandb")
-    if not wb:
-        return
-    if overrides is None:
-        overrides = _task_overrides()
-    uses = used_groups(cfg, net=net)
-    tags = auto_tags(cfg, uses)
-    # the prefix names the experiment (or the model): the override that chose it is not repeated after it
-    prefix = cfg.get("experiment_name") or str(cfg.model.get("name"))
-    drop = ("experiment", "experiment_name") if cfg.get("experiment_name") else ("model",)
-    setting = setting_overrides(overrides)
-    tags += [t for t in setting if t not in tags and len(t) <= WANDB_TAG_MAX]
-    tags.append(f"seed={cfg.get('seed')}")
-    with open_dict(cfg):
-        wb.tags = wb.tags or tags
-        wb.group = wb.group or setting_name(overrides, prefix, drop)
-        groups = tuple(f"{g}=" for g in uses)  # run name: the model and its group choices
-        wb.name = wb.name or "-".join([tags[0]] + [t.split("=")[-1] for t in tags[1:] if t.startswith(groups)])
-
-
-def _task_overrides() -> list[str]:
-    """This Hydra job's command-line overrides (none outside a Hydra run, e.g. a config composed by hand)."""
-    try:
-        return list(HydraConfig.get().overrides.task)
-    except ValueError:
-        return []
-
-
-def run(cfg: DictConfig, resolved: dict | None = None, stops: StageSignals | None = None) -> dict[str, float]:
-    """Fit and test as the config says; return the final metrics (floats). ``resolved``: ``cfg`` already resolved
-    into plain containers (else resolved here); the model is built from it and the loggers record it. ``stops``:
-    the stop signals between the stages (installed by the caller around this call)."""
+def run(the_plan: RunPlan | DictConfig, stops: StageSignals | None = None) -> dict[str, float]:
+    """Fit and test as the plan says; return the final metrics (floats). A config composed in Python (the tests,
+    the notebooks) is planned here (:func:`attnlab.run_plan.plan`). ``stops``: the stop signals between the
+    stages (installed by the caller around this call)."""
     import lightning as L
 
+    from .callbacks.run_log import RunLogCheck
     from .callbacks.stage_signals import StageSignals
-
-    from .checkpoints import check_file_fits
-
     from .utils.console import tidy_lightning_output, without_wandb_notices
 
+    if not isinstance(the_plan, RunPlan):
+        the_plan = plan(the_plan)
+    cfg, checkpoint = the_plan.cfg, the_plan.checkpoint
     tidy_lightning_output()
-    config = OmegaConf.to_container(cfg, resolve=True) if resolved is None else resolved
     ddp.install()  # before the Trainer exists: DDP ranks re-run this job's saved config (see ddp.py)
     L.seed_everything(cfg.seed, workers=True)
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
-    model = build_model(config["model"], config.get("optim"), config.get("sched"))
-    check_file_fits(model, cfg.get("ckpt_path"))  # ckpt_path=/resume= of other sizes or parts: one line, no logger yet
-    if _rank_zero():
+    model = hydra.utils.instantiate(the_plan.model, _convert_="all")
+    if checkpoint is not None:
+        checkpoint.check_fits(model)  # of other sizes or parts: one line, no logger yet
+    if rank_zero():
         # the data read (and the cache built) before any logger, checkpoint or trainer exists: a bad file is one line
         # and the refused run leaves no folder; every data module's setup is idempotent (Lightning's own call then
         # returns at once), and nothing between here and it draws from the random generators
         datamodule.prepare_data()
         datamodule.setup("fit")
-    ckpt_file = cfg.get("ckpt_path") and Path(str(cfg.ckpt_path)).is_file()  # resume= sets ckpt_path too
-    if ckpt_file and _rank_zero() and hasattr(datamodule, "tokenizer"):
-        resume.check_tokenizer(cfg.ckpt_path, datamodule, "resume" if cfg.get("resume") else "ckpt_path")
-    prepare_loggers(cfg, net=config["model"].get("net"))
-    if (cfg.get("logger") or {}).get("wandb"):  # the run's name, group and tags that prepare_loggers set
-        config["logger"] = OmegaConf.to_container(cfg.logger, resolve=True)
-    callbacks = instantiate_all(cfg.get("callbacks"))
+        if checkpoint is not None:
+            resume.check_tokenizer(checkpoint, datamodule, the_plan.option)
+    if checkpoint is not None:
+        checkpoint.drop_tensors()  # checked; Lightning restores them from the file itself
     loggers = instantiate_all(cfg.get("logger"))
-    callbacks = drop_callbacks_needing_a_logger(callbacks, loggers)
+    callbacks = drop_callbacks_needing_a_logger(instantiate_all(cfg.get("callbacks")), loggers)
     callbacks = with_run_checkpointing(cfg, callbacks)
-    from .callbacks.run_log import RunLogCheck
-
     callbacks.append(RunLogCheck())  # a full disk under a log file (train.log, W&B's) stops the run at the next batch
     stops = stops if stops is not None else StageSignals()
     callbacks.append(stops)
@@ -194,23 +86,25 @@ def run(cfg: DictConfig, resolved: dict | None = None, stops: StageSignals | Non
         lg.experiment  # noqa: B018 - starts W&B's run (wandb.init adds its debug.log handler)
     watch_file_handlers()  # a full disk under W&B's folder: one line at the next batch, not a traceback per record
     for lg in loggers:
-        lg.log_hyperparams(flatten(config))
+        lg.log_hyperparams(flatten(the_plan.resolved))
 
     metrics: dict[str, float] = {}
     with ddp.distributed_job():
         try:
-            _fit_and_test(cfg, trainer, model, datamodule, metrics, stops)
+            _fit_and_test(the_plan, trainer, model, datamodule, metrics, stops)
         finally:
             finish_loggers(loggers)
     return metrics
 
 
-def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, model, datamodule, metrics: dict, stops: StageSignals) -> None:
-    from .checkpoints import release, verified  # weights_only=True, refusals are one line
+def _fit_and_test(the_plan: RunPlan, trainer: L.Trainer, model, datamodule, metrics: dict,
+                  stops: StageSignals) -> None:
+    from .checkpoints import verified  # weights_only=True, refusals are one line
 
+    cfg, checkpoint = the_plan.cfg, the_plan.checkpoint
+    # the trusted file (a name such as "last", or a URL, is Lightning's to find)
+    ckpt_path = str(checkpoint.path) if checkpoint is not None else cfg.get("ckpt_path")
     if cfg.get("train"):
-        ckpt_path = verified(cfg.get("ckpt_path"))  # from the read every check of it shared
-        release()  # that read's tensors: Lightning reads the file itself
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
         from .callbacks.exact_resume import restored_metrics
 
@@ -229,9 +123,7 @@ def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, model, datamodule, metric
 
         # After training: the best checkpoint (the last weights if none was kept). Test only: ckpt_path.
         best = getattr(trainer.checkpoint_callback, "best_model_path", "") if cfg.get("train") else ""
-        ckpt = best or (None if cfg.get("train") else cfg.get("ckpt_path"))
-        ckpt = verified(ckpt)
-        release()
+        ckpt = verified(best) if best else (None if cfg.get("train") else ckpt_path)  # (one this run wrote)
         try:
             trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True)
         except TestInterrupted as e:
@@ -245,8 +137,8 @@ def _interrupted(cfg: DictConfig, signame: str, where: str) -> None:
     exit 0 (SIGTERM, SIGUSR1: a scheduler's requeue) or 130 (Ctrl+C, the shell's status for an interrupt). The
     machine is going away: a sweep stops here too; resume= continues this job (and runs its test)."""
     run_dir = Path(cfg.paths.output_dir)
-    if _rank_zero():
-        write_job_status(run_dir, _task_overrides(), interrupted=signame)
+    if rank_zero():
+        write_job_status(run_dir, task_overrides(), interrupted=signame)
     log.warning(f"stopped by {signame} {where}; continue with {shell_override('resume', run_dir)}")
     _stop_sweep(cfg, signame)
 
@@ -254,7 +146,7 @@ def _interrupted(cfg: DictConfig, signame: str, where: str) -> None:
 def _stop_sweep(cfg: DictConfig, signame: str) -> None:
     """End the process for a stop signal: 130 for Ctrl+C (the shell's status for an interrupt), 0 for a scheduler's
     SIGTERM/SIGUSR1 (a requeue). In a sweep the later jobs are not started, and the summary says so."""
-    if _in_sweep() and _rank_zero():
+    if _in_sweep() and rank_zero():
         write_summary(Path(HydraConfig.get().sweep.dir), cfg.get("optimized_metric"), stopped_by=signame)
     raise SystemExit(130 if signame == "SIGINT" else 0)
 
@@ -270,15 +162,6 @@ def write_metrics(run_dir: Path, metrics: dict[str, float]) -> None:
     """The run's final metrics as ``<run dir>/metrics.json``: what scripts (the claims report, notebooks) read back
     without parsing W&B's binary files. Written through a temporary file so a crash never leaves half of it."""
     write_atomic(run_dir / "metrics.json", json.dumps(metrics, indent=1, sort_keys=True))
-
-
-def finish_loggers(loggers: list) -> None:
-    """Close W&B after each job so that every job of a multirun sweep is its own W&B run."""
-    for lg in loggers:
-        if type(lg).__name__ == "WandbLogger" and _rank_zero():
-            import wandb
-
-            wandb.finish()
 
 
 _job_started = False  # set when Hydra calls the job: a Hydra error before that is a bad command line
@@ -319,85 +202,29 @@ def _main(cfg: DictConfig) -> float | None:
         log.exception(f"job {hc.job.num} failed: {one_line(e)}")
         write_job_status(job_dir, hc.overrides.task, error=e)
         return float("nan")
-    if in_sweep and _rank_zero():
+    if in_sweep and rank_zero():
         write_job_status(job_dir, hc.overrides.task, value=value)
-    if not in_sweep and _rank_zero():  # the last lines: where everything is, what to run next
+    if not in_sweep and rank_zero():  # the last lines: where everything is, what to run next
         log.info("\n".join(summary_lines(cfg, job_dir, hc.overrides.task)))
     if in_sweep and _late_stop:
         _stop_sweep(cfg, _late_stop)
     return value
 
 
-def continue_run(cfg: DictConfig, run_dir: Path) -> None:
-    """resume=…: Hydra already put us in the run's folder (run_folder.RunFolderGuard checked it holds an intact
-    checkpoint of this model); start from its last.ckpt, log to its W&B run."""
-    if cfg.get("ckpt_path"):
-        raise ConfigError("give either resume= or ckpt_path=, not both")
-    with open_dict(cfg):
-        cfg.ckpt_path = str(resume.last_checkpoint(run_dir, cfg.resume))
-        wb = (cfg.get("logger") or {}).get("wandb")
-        if wb is not None and not wb.get("id"):
-            wb.id = resume.previous_wandb_id(run_dir)
-    if _rank_zero():
-        _remove_half_written(Path(cfg.ckpt_path).parent)
-    picked = f" (resume=auto: the newest run of model={cfg.model.get('name')} with this model.net)" \
-        if str(cfg.resume) == "auto" else ""
-    if str(cfg.resume) == "auto" and (skipped := run_folder.skipped_by_auto(run_dir)):
-        picked += f"; newer runs of other models skipped: {skipped}"
-    log.info(f"resuming {run_dir}{picked} from {cfg.ckpt_path}" + (f", W&B run {wb.id}" if wb is not None else ""))
-    for warning in resume.overridden_by_checkpoint(run_folder.previous_config(run_dir), cfg):
-        log.warning(warning)
-
-
-def _remove_half_written(ckpt_dir: Path) -> None:
-    """Temporary files of checkpoint writes that a killed run never finished (utils/checkpoint_io.py names them
-    ``.<name>.<pid>.tmp``); the run lock guarantees that no other process writes this folder now."""
-    for tmp in sorted(ckpt_dir.glob(".*.ckpt.*.tmp")):
-        log.info(f"removing {tmp.name}: a checkpoint write the stopped run did not finish")
-        tmp.unlink(missing_ok=True)
-
-
 def train_job(cfg: DictConfig, hc) -> float | None:
-    # bad values (n_heads=0, seed=-1, task_name=nan, an unset ${oc.env:...}, +attn.foo=1, a model too big to fit):
-    # one line naming the key, before anything is built or Lightning imported; the folder is then discarded
-    raise_if_failed()  # Hydra's first lines into train.log found the disk full
-    resolved = validate_config(cfg, hc.overrides.task)  # the whole config, resolved once
-    check_block_groups(cfg, hc.overrides.task, resolved["model"].get("net"))
-    check_targets(cfg.model, "model")  # the classes its checkpoint will name: ones every loader accepts
-    if cfg.get("resume"):
-        continue_run(cfg, Path(hc.runtime.output_dir))
-        resolved = OmegaConf.to_container(cfg, resolve=True)  # with the checkpoint and W&B run it continues
-    if cfg.get("ckpt_path") and not cfg.get("resume") and Path(str(cfg.ckpt_path)).is_file():
-        # (resume=: checked by run_folder.RunFolderGuard; "last"/"best" and URLs are Lightning's to find)
-        resume.check_intact(cfg.ckpt_path, option="ckpt_path")
-    named = str(cfg.get("ckpt_path") or "")
-    if named and named not in ("last", "best", "hpc") and "://" not in named and not Path(named).expanduser().is_file():
-        raise ConfigError(f"checkpoint not found: {Path(named).expanduser().resolve()}")  # (before torch is imported)
-    ckpt = None
-    if cfg.get("ckpt_path"):  # (torch is imported only for a checkpoint: a refusal before it answers sooner)
-        from .checkpoints import check_for_model
-
-        ckpt = check_for_model(cfg.ckpt_path, cfg.model)  # data only, this model's family: before Lightning
-    if ckpt is not None and not cfg.get("resume") and cfg.get("train"):
-        # a new run from the checkpoint's training state trains on its data (resume=: checked by RunFolderGuard)
-        resume.check_checkpoint_data(ckpt, cfg.ckpt_path, cfg.data)
-        resume.check_left_to_train(ckpt, cfg.ckpt_path, cfg.trainer)
-    del ckpt  # (memory-mapped)
-    slow = slow_bf16_warning(cfg.trainer.get("precision"), cfg.trainer.get("accelerator", "auto"))
-    if slow:
-        log.warning(slow)
-    # after every refusal (torch is imported here, a refusal before it answers sooner), before any thread starts
-    chosen = threads.apply(resolved.get("threads", "auto"), threads.ranks_of(resolved["trainer"]))  # per DDP rank
-    if _rank_zero():
-        print_config_tree(resolved, save_to=Path(hc.runtime.output_dir) / "config_tree.log")
-        log.info(chosen.line())
+    run_dir = Path(hc.runtime.output_dir)
+    the_plan = preflight(cfg, list(hc.overrides.task), run_dir)
+    # after every refusal (torch is imported here), before any thread starts; per DDP rank
+    chosen = threads.apply(the_plan.resolved.get("threads", "auto"), threads.ranks_of(the_plan.resolved["trainer"]))
+    if run_folder.launching_process():
+        print_plan(the_plan, chosen.line())
     from .callbacks.stage_signals import StageSignals
 
     stops = StageSignals()
     with stops.installed():  # until the results are written: a stop after the test waits for them
-        metrics = run(cfg, resolved, stops)
-        if _rank_zero():
-            write_metrics(Path(hc.runtime.output_dir), metrics)
+        metrics = run(the_plan, stops)
+        if rank_zero():
+            write_metrics(run_dir, metrics)
     global _late_stop
     if stops.received:
         log.warning(f"received {stops.received} after the test: the run had finished, its results are written")

@@ -73,7 +73,7 @@ def make_checkpoint(model: str, overrides, folder: Path, cache_dir: str) -> Path
     import hydra
     import lightning as L
 
-    from attnlab.train import build_model
+    from attnlab.run_build import build_model
 
     family = get(model)
     cfg = compose_train([f"model={model}", "debug=fast", *family.test_overrides, *overrides], folder, cache_dir)

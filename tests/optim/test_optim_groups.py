@@ -15,7 +15,7 @@ from omegaconf import OmegaConf, open_dict
 from attnlab.allowed_targets import UnsafeTargetError, check_targets
 from attnlab.optim import build_lr_schedule, build_optimizer
 from attnlab.paths import CONF_DIR
-from attnlab.train import build_model
+from attnlab.run_build import build_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

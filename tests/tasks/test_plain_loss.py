@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from helpers import compose_train
 
 from attnlab.special_tokens import PAD_ID
-from attnlab.train import build_model
+from attnlab.run_build import build_model
 
 TRANSLATION = ["transformer_mt", "transformer_nat", "seq2seq_attention"]
 
