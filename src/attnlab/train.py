@@ -8,32 +8,23 @@ best checkpoint, and the job returns ``optimized_metric`` for sweepers.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import sys
-import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from . import ddp, resume, run_folder
-from .atomic_files import disk_full, write_atomic
-from .errors import CheckpointWriteError, NonFiniteLossError, find_user_error, one_line_message
 from .log_file import raise_if_failed, watch_file_handlers
 from .paths import CONF_DIR
-from .quoting import shell_override
 from .run_build import drop_callbacks_needing_a_logger, finish_loggers, instantiate_all, rank_zero, \
     with_run_checkpointing
-from .run_plan import RunPlan, plan, preflight, print_plan, task_overrides
+from .run_outcome import interrupted, job_ended, job_failed, write_metrics
+from .run_plan import RunPlan, plan, preflight, print_plan
 from .utils import threads
 from .utils.config import flatten
-from .utils.run_summary import summary_lines
-from .utils.sweep import one_line, write_job_status, write_summary
 
 if TYPE_CHECKING:
     import lightning as L
@@ -114,10 +105,10 @@ def _fit_and_test(the_plan: RunPlan, trainer: L.Trainer, model, datamodule, metr
         from .callbacks.preemption import preemption_signal
 
         if signame := preemption_signal(trainer):
-            _interrupted(cfg, signame, "in training: not testing")
+            interrupted(cfg, signame, "in training: not testing")
         stops.between = True  # (also when nothing was left to train: fit then runs no training stage)
     if stops.received:
-        _interrupted(cfg, stops.received, "after training, before the test: not tested")
+        interrupted(cfg, stops.received, "after training, before the test: not tested")
     if cfg.get("test"):
         from .callbacks.preemption import TestInterrupted
 
@@ -127,41 +118,9 @@ def _fit_and_test(the_plan: RunPlan, trainer: L.Trainer, model, datamodule, metr
         try:
             trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True)
         except TestInterrupted as e:
-            _interrupted(cfg, e.signame, "in the test: no metrics.json")
+            interrupted(cfg, e.signame, "in the test: no metrics.json")
         stops.between = True
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
-
-
-def _interrupted(cfg: DictConfig, signame: str, where: str) -> None:
-    """A preemption or Ctrl+C stopped the run (its state is in last.ckpt): marked interrupted in job_status.json,
-    exit 0 (SIGTERM, SIGUSR1: a scheduler's requeue) or 130 (Ctrl+C, the shell's status for an interrupt). The
-    machine is going away: a sweep stops here too; resume= continues this job (and runs its test)."""
-    run_dir = Path(cfg.paths.output_dir)
-    if rank_zero():
-        write_job_status(run_dir, task_overrides(), interrupted=signame)
-    log.warning(f"stopped by {signame} {where}; continue with {shell_override('resume', run_dir)}")
-    _stop_sweep(cfg, signame)
-
-
-def _stop_sweep(cfg: DictConfig, signame: str) -> None:
-    """End the process for a stop signal: 130 for Ctrl+C (the shell's status for an interrupt), 0 for a scheduler's
-    SIGTERM/SIGUSR1 (a requeue). In a sweep the later jobs are not started, and the summary says so."""
-    if _in_sweep() and rank_zero():
-        write_summary(Path(HydraConfig.get().sweep.dir), cfg.get("optimized_metric"), stopped_by=signame)
-    raise SystemExit(130 if signame == "SIGINT" else 0)
-
-
-def _in_sweep() -> bool:
-    try:
-        return HydraConfig.get().mode == RunMode.MULTIRUN
-    except ValueError:  # a config composed by hand, outside a Hydra run
-        return False
-
-
-def write_metrics(run_dir: Path, metrics: dict[str, float]) -> None:
-    """The run's final metrics as ``<run dir>/metrics.json``: what scripts (the claims report, notebooks) read back
-    without parsing W&B's binary files. Written through a temporary file so a crash never leaves half of it."""
-    write_atomic(run_dir / "metrics.json", json.dumps(metrics, indent=1, sort_keys=True))
 
 
 _job_started = False  # set when Hydra calls the job: a Hydra error before that is a bad command line
@@ -173,41 +132,11 @@ def _main(cfg: DictConfig) -> float | None:
     global _job_started
     _job_started = True
     hc = HydraConfig.get()
-    job_dir = Path(hc.runtime.output_dir)
-    in_sweep = hc.mode == RunMode.MULTIRUN
     try:
         value = train_job(cfg, hc)
-    except (NonFiniteLossError, CheckpointWriteError) as e:  # diverged / disk full: one line; last.ckpt is kept
-        log.error(str(e))
-        if in_sweep:
-            write_job_status(job_dir, hc.overrides.task, error=e)
-            return float("nan")
-        sys.exit(1)
-    except Exception as e:
-        # a bad input (config, data, checkpoint), or a full disk under a writer not ours (Lightning's CSV logger, W&B's
-        # files): one line, no traceback
-        user_error = find_user_error(e) or disk_full(e, getattr(e, "filename", None) or job_dir, appended=True)
-        if user_error is not None:
-            if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the traceback asked for; still a refusal: exit 2,
-                traceback.print_exception(e)  # no folder left
-            log.error(one_line_message(user_error))
-            if in_sweep:
-                write_job_status(job_dir, hc.overrides.task, error=user_error)
-                return float("nan")
-            run_folder.discard_if_unused(job_dir)  # a refused run leaves no folder behind (never an earlier run's)
-            sys.exit(user_error.exit_code)
-        if not in_sweep:
-            raise
-        # One failing job (a diverging lr, a bad option) must not end the sweep: log it, record it, go on.
-        log.exception(f"job {hc.job.num} failed: {one_line(e)}")
-        write_job_status(job_dir, hc.overrides.task, error=e)
-        return float("nan")
-    if in_sweep and rank_zero():
-        write_job_status(job_dir, hc.overrides.task, value=value)
-    if not in_sweep and rank_zero():  # the last lines: where everything is, what to run next
-        log.info("\n".join(summary_lines(cfg, job_dir, hc.overrides.task)))
-    if in_sweep and _late_stop:
-        _stop_sweep(cfg, _late_stop)
+    except Exception as e:  # a refusal or a stop is one line (exit 2 / 1); a bug keeps its traceback
+        return job_failed(e, hc)
+    job_ended(cfg, hc, value, _late_stop)
     return value
 
 
