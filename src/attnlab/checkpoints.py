@@ -176,14 +176,21 @@ class TrustedCheckpoint:
             self.contents.pop(key, None)
 
 
+def checkpoint_file(path: str | Path) -> Path:
+    """``path`` as a file that exists, or the one line saying it does not (an entry point asks first when it would
+    otherwise wait on its input before reading the checkpoint)."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path.resolve()}")
+    return path
+
+
 def read_trusted(path: str | Path, option: str | None = None) -> TrustedCheckpoint:
     """The one read of a checkpoint: a missing, unreadable, unsafe or damaged file, or one naming code outside the
     allow-list, is a one-line :class:`CheckpointError` before anything named in it is imported. ``option``
     (``resume``, ``ckpt_path``): a damaged file is then refused first, naming an intact checkpoint next to it to
     continue from with that option; the inference entry points (no option) name what torch could not read."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path.resolve()}")
+    path = checkpoint_file(path)
     with open(path, "rb") as f:
         damage = archive_damage(path, f)
         f.seek(0)
@@ -226,12 +233,11 @@ def _family(task_class: str, default_entry: str = "") -> tuple[str, str]:
 
 
 def _task_class(ckpt: dict, path: Path, expected: type | str, what: str) -> type:
-    """The checkpoint's task class: one of the project's own (checked before it is imported), of the family this
+    """The task class of a checkpoint :func:`read_trusted` read (so one of the project's own), of the family this
     entry point serves."""
     name = ckpt.get("task_class")
     if not name or not isinstance(name, str):
         raise CheckpointError(f"{path} is not a {what} checkpoint written by attnlab's train.py")
-    check_task_class(name, str(path))
     task_cls = hydra.utils.get_class(name)
     if isinstance(expected, str):
         expected = hydra.utils.get_class(expected)
@@ -242,11 +248,18 @@ def _task_class(ckpt: dict, path: Path, expected: type | str, what: str) -> type
 
 
 def hyper_parameters(ckpt: dict, path: str | Path) -> dict:
-    """The checkpoint's model config, checked: every ``_target_`` in it is one of the project's own
-    (:mod:`attnlab.allowed_targets`); a missing or hostile one is one line naming the file."""
+    """The model config of a checkpoint read by other means (a notebook's ``torch.load``), checked: every
+    ``_target_`` in it is one of the project's own (:mod:`attnlab.allowed_targets`); a missing or hostile one is
+    one line naming the file. (:func:`read_trusted` checks them in its read.)"""
     hparams = ckpt.get("hyper_parameters")
     if isinstance(hparams, dict):
         check_targets(hparams, f"{path}: hyper_parameters")
+    return _model_config(ckpt, path)
+
+
+def _model_config(ckpt: dict, path: str | Path) -> dict:
+    """The hyper-parameters of a trusted checkpoint, which must hold the net's config to rebuild the model."""
+    hparams = ckpt.get("hyper_parameters")
     if not isinstance(hparams, dict) or not isinstance(hparams.get("net"), dict):
         raise CheckpointError(f"{path} has no hyper_parameters with the model's net config (damaged, or not written "
                               f"by attnlab's train.py): the model cannot be rebuilt from it")
@@ -254,7 +267,7 @@ def hyper_parameters(ckpt: dict, path: str | Path) -> dict:
 
 
 def build_task(task_cls: type, ckpt: dict, path: str | Path, device: str = "cpu"):
-    """The task rebuilt from the checkpoint already read (never from the file again: what was checked is what is
+    """The task rebuilt from the checkpoint :func:`read_trusted` read (never from the file again: what was checked is what is
     built), its weights loaded strictly.
 
     What ``LightningModule.load_from_checkpoint`` does, minus reading the file a second time and minus Lightning's
@@ -266,7 +279,7 @@ def build_task(task_cls: type, ckpt: dict, path: str | Path, device: str = "cpu"
     from .utils.model_memory import net_memory_problem
     from .utils.validate import model_value_problems
 
-    hparams = hyper_parameters(ckpt, path)
+    hparams = _model_config(ckpt, path)
     # the sizes are the file's: a model too big for this machine is one line, not an allocation failure
     too_big = net_memory_problem(hparams["net"], "gpu" if str(device).startswith("cuda") else "cpu",
                                  bytes_per_parameter=4, what="its float32 weights need",
@@ -303,7 +316,7 @@ def load_task(path: str | Path, expected: type | str, what: str, device: str = "
     trusted = read_trusted(path)
     ckpt, path = trusted.contents, trusted.path
     task_cls = _task_class(ckpt, path, expected, what)
-    hyper_parameters(ckpt, path)
+    _model_config(ckpt, path)
     for key in getattr(task_cls, "checkpoint_keys", ()):
         check_tokenizer(ckpt.get(key), path, key)
     task = build_task(task_cls, ckpt, path, device)
@@ -332,7 +345,7 @@ def for_training(path: str | Path | None, model_cfg: Any, option: str) -> Truste
     name = trusted.task_class
     if name is None:
         raise CheckpointError(f"{path} names no task_class: not a checkpoint written by attnlab's train.py")
-    hyper_parameters(ckpt, path)
+    _model_config(ckpt, path)
     check_callback_paths(ckpt, path)
     want = model_cfg.get("_target_") if isinstance(model_cfg, Mapping) else None
     if want and name != want:

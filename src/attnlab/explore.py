@@ -17,9 +17,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
-from .checkpoints import load_task
+from .checkpoints import checkpoint_file, load_task
 from .cli_input import THREADS_HELP, apply_threads, check, check_output, is_threads
-from .errors import CheckpointError, InputError, one_line_errors
+from .errors import InputError, one_line_errors
 from .paths import CONF_DIR
 
 log = logging.getLogger(__name__)
@@ -48,8 +48,7 @@ def check_options(cfg: DictConfig) -> None:
 def _main(cfg: DictConfig) -> None:
     with one_line_errors(log):
         check_options(cfg)
-        if not Path(cfg.ckpt).expanduser().is_file():
-            raise CheckpointError(f"checkpoint not found: {Path(cfg.ckpt).expanduser().resolve()}")
+        checkpoint_file(cfg.ckpt)
         apply_threads(cfg, log)
         task, ckpt = load_task(cfg.ckpt, "attnlab.tasks.base.Task", "attnlab", cfg.device)
         from .explorer import write_page

@@ -30,11 +30,11 @@ from omegaconf import DictConfig
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
 from .audio.features import MelExtractor
 from .audio.wav import write_wav
-from .checkpoints import load_task
+from .checkpoints import checkpoint_file, load_task
 from .cli_input import (DEVICE_HELP, THREADS_HELP, apply_threads, check, check_output, is_device, is_int, is_number,
                         is_seed, is_threads, read_lines)
 from .data.characters import CharVocab, normalize_text
-from .errors import CheckpointError, InputError, one_line_errors
+from .errors import InputError, one_line_errors
 from .hydra_errors import one_line_hydra_errors
 from .paths import CONF_DIR
 
@@ -172,8 +172,7 @@ def _main(cfg: DictConfig) -> None:
         check_options(cfg)
         # the text before the model: a bad input fails without waiting for the model to load (seconds, most of it
         # importing Lightning); a missing checkpoint before waiting on stdin
-        if not Path(cfg.ckpt).expanduser().is_file():
-            raise CheckpointError(f"checkpoint not found: {Path(cfg.ckpt).expanduser().resolve()}")
+        checkpoint_file(cfg.ckpt)
         texts = read_texts(str(cfg.text), cfg.input_errors)
         apply_threads(cfg, log)
         task = load_tts(cfg.ckpt, cfg.device)

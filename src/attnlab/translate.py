@@ -23,11 +23,11 @@ import torch
 from omegaconf import DictConfig
 
 from . import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
-from .checkpoints import load_task
+from .checkpoints import checkpoint_file, load_task
 from .cli_input import (DEVICE_HELP, THREADS_HELP, Progress, apply_threads, check, check_output, is_device, is_int,
                         is_threads, read_lines, write_output)
 from .decoding.options import DecodingOptions
-from .errors import CheckpointError, InputError, InputTooLongError, OptionError, one_line_errors
+from .errors import InputError, InputTooLongError, OptionError, one_line_errors
 from .hydra_errors import one_line_hydra_errors
 from .paths import CONF_DIR
 
@@ -160,8 +160,7 @@ def _translate(cfg: DictConfig) -> None:
     options = check_options(cfg)
     # the input before the model: a bad input is reported without waiting for the model to load (seconds, most of
     # it importing Lightning); a missing checkpoint before waiting on stdin
-    if not Path(cfg.ckpt).expanduser().is_file():
-        raise CheckpointError(f"checkpoint not found: {Path(cfg.ckpt).expanduser().resolve()}")
+    checkpoint_file(cfg.ckpt)
     lines, name = read_lines(cfg.input or None, cfg.input_errors)
     lines = [line.strip() for line in lines]
     if not any(lines):
