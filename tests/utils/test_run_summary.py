@@ -14,6 +14,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from attnlab.families import families
 from attnlab.paths import ROOT
 from attnlab.utils.run_summary import entry, summary_lines
+from attnlab.utils.sweep import setting_overrides
 
 SERVES = {"translate.py": "translate", "generate.py": "generate", "synthesize.py": "synthesize",
           "train.py ckpt_path=... train=false": "test"}
@@ -85,3 +86,20 @@ def test_without_a_checkpoint_only_the_folder(tmp_path):
 def test_entry_points_from_the_checkout_or_anywhere(tmp_path):
     assert entry("translate", ROOT) == "python translate.py"
     assert entry("translate", tmp_path) == "python -m attnlab.translate"  # a wheel, or another directory
+
+
+@pytest.mark.parametrize("overrides", [["model=vit", "+trainer.limit_train_batches=2"],
+                                       ["model=vit", "++trainer.max_epochs=1", "data.batch_size=8"],
+                                       ["model=vit", "~callbacks.throughput"]])
+def test_the_test_command_composes_as_printed(overrides, tmp_path, monkeypatch):
+    """The printed test command's overrides are the run's as typed (a key added with + keeps it): Hydra composes
+    them again (it refuses `trainer.limit_train_batches=2` without the +)."""
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "run"
+    fake_run(run_dir)
+    lines = summary_lines(compose_train(overrides, run_dir), run_dir, overrides)
+    words = shlex.split(rows(lines)["test"])
+    printed = [w for w in words if ("=" in w or w.startswith("~")) and not w.startswith(("ckpt_path=", "train="))]
+    assert printed == setting_overrides(overrides, as_typed=True) and "model=vit" in printed
+    assert [w for w in printed if w.lstrip("+~") != w] == [o for o in overrides if o.lstrip("+~") != o]
+    compose_train(printed, run_dir)  # composes as the user would run it

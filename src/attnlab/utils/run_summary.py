@@ -72,8 +72,8 @@ def serve_commands(family: Family | None, ckpt: Path, cfg: Any, overrides: Seque
     elif serves == "synthesize":
         out.append(("synthesize", f"{entry('synthesize', cwd)} {ck} {text_override('text', 'twenty one')}"))
     elif serves == "train":  # a test run of the checkpoint: the same setting (model, data) as this run
-        setting = " ".join(shlex.quote(o) for o in setting_overrides(overrides) if not o.startswith(("train=",
-                                                                                                      "test=")))
+        setting = " ".join(shlex.quote(o) for o in setting_overrides(overrides, as_typed=True)
+                           if not o.lstrip("+").startswith(("train=", "test=")))
         out.append(("test", " ".join(filter(None, [entry("train", cwd), setting,
                                                     shell_override("ckpt_path", ckpt), "train=false"]))))
     if family.explorer_input == "translation":

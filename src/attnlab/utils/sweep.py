@@ -48,10 +48,11 @@ def _is_bookkeeping(key: str) -> bool:
     return key == SEED_KEY or any(key == b or key.startswith((b + ".", b + "/")) for b in BOOKKEEPING)
 
 
-def setting_overrides(overrides: Iterable[str]) -> list[str]:
+def setting_overrides(overrides: Iterable[str], as_typed: bool = False) -> list[str]:
     """The overrides that define what a job trains, without its seed and run bookkeeping, sorted so that the
-    order typed on the command line does not matter: ``["norm=rms", "seed=1", "logger=csv"]`` -> ``["norm=rms"]``."""
-    items = {override_key(o): o.lstrip("+") for o in overrides}
+    order typed on the command line does not matter: ``["norm=rms", "seed=1", "logger=csv"]`` -> ``["norm=rms"]``.
+    A key added with ``+`` is named without it, unless ``as_typed`` (a command line to run again needs it)."""
+    items = {override_key(o): o if as_typed else o.lstrip("+") for o in overrides}
     return [items[k] for k in sorted(items) if not _is_bookkeeping(k)]
 
 
