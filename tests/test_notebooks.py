@@ -5,6 +5,7 @@ parameters cell), the NAT and RNN translators, the ViT, TTS and the sequence cla
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -110,6 +111,22 @@ def test_review_run_parameter_cell_defaults_to_newest_run():
     nbformat.validate(nb)
     assert parameter_cell(nb).source.splitlines()[-1].strip() == 'RUN_DIR = os.environ.get("ATTNLAB_RUN_DIR") or None'
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook cleared"
+
+
+def test_review_run_names_only_registered_family_kinds():
+    """The notebook branches on ``family``, a registered Family's ``kind`` ("text-to-speech model"): a name that is
+    no kind (a family renamed, a word left out) skips that family's curve panel and outputs without an error."""
+    named = set()
+    for cell in nbformat.read(NOTEBOOKS / "review_run.ipynb", as_version=4).cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "family":
+                named |= {c.value for side in node.comparators for c in ast.walk(side)
+                          if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+            elif isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["PANEL"]:
+                named |= {k.value for k in node.value.keys}
+    assert len(named) >= 5 and named <= {f.kind for f in families()}, named - {f.kind for f in families()}
 
 
 def test_review_run_executes_for_each_family(family_run, tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """train.py with model=sequence_classifier end to end (in process, debug=fast): accuracy, the per-distance test
-accuracy file, attention maps for the attention encoder only, and block groups refused for the RNN/CNN encoders."""
+accuracy file, attention maps and the explorer's whole-sequence page for the attention encoder only, and block
+groups refused for the RNN/CNN encoders."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 
 import pytest
 import torch
-from helpers import compose_train
+from helpers import compose_train, explorer_data
 
 from attnlab.train import run
 from attnlab.errors import ConfigError
@@ -30,6 +31,10 @@ def test_fast_run_writes_accuracy_by_distance(encoder, tmp_path):
     assert all(1 <= d <= 30 for d in record["distance"]) and record["params"] > 0
     maps = sorted(p.name for p in tmp_path.glob("attention_maps/*/*.png"))
     assert maps == (["query_attention.png"] if encoder == "attention" else [])  # rnn: nothing drawn, no error
+    if encoder == "attention":  # the explorer keeps the whole sequence, past max_tokens=16: the readout, the needle
+        modules = explorer_data(tmp_path)["modules"]
+        assert modules and all(len(m["queries"]) == len(m["keys"]) == 32 for m in modules)
+        assert modules[0]["queries"][-1] == "?" and sum(t.isdigit() for t in modules[0]["queries"]) == 1
 
 
 def test_block_groups_apply_to_the_attention_encoder_only(tmp_path):

@@ -38,9 +38,9 @@ def logged_media_keys(job_dir: Path) -> set[str]:
     keys = set()
     for run in job_dir.glob("wandb/offline-run-*/files/media"):
         for f in run.rglob("*"):
-            m = re.fullmatch(r"(.+)_\d+_[0-9a-f]+(\.table\.json|\.png|\.wav)", f.relative_to(run).as_posix())
+            m = re.fullmatch(r"(.+)_\d+_[0-9a-f]+(\.table\.json|\.png|\.wav|\.html)", f.relative_to(run).as_posix())
             if m:
-                keys.add(m.group(1).split("/", 1)[1])  # without the kind folder (images/, table/, audio/)
+                keys.add(m.group(1).split("/", 1)[1])  # without the kind folder (images/, table/, audio/, html/)
     return keys
 
 

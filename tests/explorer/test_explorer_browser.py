@@ -4,13 +4,15 @@ JavaScript on, network off.
 A tiny model of each family (``debug=fast`` and smaller) trains for two epochs in-process with the real
 AttentionMapCallback, which writes the page; a second callback captures the same maps in float32 at the same
 moments. Through the DOM, for every epoch on the slider, every layer (and the ViT's rollout), every head and the mean
-over heads, and a first, middle and last query (hovering a token, or a patch of the image), the weights the page
-shows equal that row of the captured map within the 8-bit storage's bound (row max / 510, + display rounding). The
-page logs no console error and requests nothing but itself.
+over heads, and a first, middle and last query (hovering a token, a patch of the image, or a TTS frame's column of
+the map), the weights the page shows equal that row of the captured map, as the page stores it (cropped or whole,
+docs/explorer.md), within the 8-bit storage's bound (row max / 510, + display rounding). The page logs no console
+error and requests nothing but itself.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 import hydra
@@ -31,11 +33,25 @@ pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
 
 # a high learning rate so that two steps move the maps enough to tell the epochs apart on the slider
 FAST = ["model.optimizer.lr=0.03", "model.scheduler.warmup_steps=1", "logger=none"]
-SIZES = {"transformer_mt": ["model.net.d_model=16", "model.net.n_layers=1"], "vit": ["model.net.n_layers=2"]}
+SIZES = {"transformer_mt": ["model.net.d_model=16", "model.net.n_layers=1"], "vit": ["model.net.n_layers=2"],
+         # the TTS prenet's dropout stays on in eval mode: the page's forward and the snapshot's would differ
+         "tts": ["model.net.prenet_always_dropout=false"]}
 # every registered family with attention maps (attnlab.families); the token page and the image page by default
 FAMILIES = {f.name: [f"model={f.name}", "debug=fast", *f.test_overrides, *SIZES.get(f.name, []), *FAST]
             for f in families() if "attn" in f.groups}
 IN_DEFAULT_SUITE = ("transformer_mt", "vit")
+MAX_TOKENS = 16  # the callback's crop of token maps in these pages
+# What a page holds of the captured maps (docs/explorer.md, Size): token maps cropped to their first MAX_TOKENS
+# queries and keys; the ViT's, the sequence classifier's and the TTS's whole; of the TTS, the cross-attention only.
+WHOLE = ("vit", "sequence_classifier", "tts")
+ONLY = {"tts": "cross_attn"}
+
+
+def stored(family: str, maps: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The captured float maps cut as docs/explorer.md says the family's page stores them."""
+    keep = ONLY.get(family)
+    return {n: w if family in WHOLE else w[:, :MAX_TOKENS, :MAX_TOKENS]
+            for n, w in maps.items() if keep is None or keep in n}
 
 
 class Snapshot(L.Callback):
@@ -70,13 +86,14 @@ def family_page(request, tmp_path_factory, cache_dir):
     page = tmp / "attention" / "explorer.html"
     # max_layers=0: no PNGs for the token families (the explorer keeps every layer regardless)
     snap = Snapshot()
+    maps_cb = AttentionMapCallback(max_tokens=MAX_TOKENS, max_layers=0, dirpath=tmp / "png")
     trainer = L.Trainer(max_epochs=2, limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=0,
                         accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp,
-                        callbacks=[AttentionMapCallback(max_tokens=16, max_layers=0, dirpath=tmp / "png"), snap])
+                        callbacks=[maps_cb, snap])
     trainer.fit(model, datamodule=dm)
     assert page.is_file() and len(snap.maps) == 2
-    return request.param, page, snap.maps
+    return request.param, page, [stored(request.param, maps) for maps in snap.maps]
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +106,12 @@ def shown_row(page) -> torch.Tensor:
     return torch.tensor([float(x) for x in page.get_attribute("#readout", "data-row").split(",")], dtype=torch.float32)
 
 
-def check_row(shown: torch.Tensor, want: torch.Tensor, what: str) -> None:
+def check_row(shown: torch.Tensor, want: torch.Tensor, what: str, row_max: float | None = None) -> None:
+    """``shown`` is ``want`` within the 8-bit storage's bound: half a step of the stored rows' maxima (``row_max``:
+    for a mean over heads or queries, the mean of the averaged rows' maxima, which can exceed the mean row's), plus
+    the page's 4 decimals."""
     assert shown.shape == want.shape, what
-    tol = float(want.max()) / 510 + 6e-5  # 8-bit per-row storage + the page's 4 decimals
+    tol = (float(want.max()) if row_max is None else row_max) / 510 + 6e-5
     assert torch.allclose(shown, want, rtol=0, atol=tol), f"{what}: page {shown.tolist()} vs {want.tolist()}"
 
 
@@ -111,13 +131,12 @@ def test_page_shows_the_captured_rows(browser, family_page):
             for name in modules:
                 page.select_option("#module", name)
                 w = maps[name]
-                if family == "translation":
-                    w = w[:, :16, :16]
                 heads = page.eval_on_selector_all("#head option", "os => os.map(o => o.value)")
                 assert heads == (["mean"] if w.shape[0] > 1 else []) + [str(h) for h in range(w.shape[0])]
                 for head in heads:
                     page.select_option("#head", head)
                     m = w.mean(0) if head == "mean" else w[int(head)]
+                    row_max = w.amax(-1).mean(0) if head == "mean" else m.amax(-1)  # (queries,)
                     first = prefix if family == "vit" else 0
                     for q in sorted({first, (first + m.shape[0] - 1) // 2, m.shape[0] - 1}):
                         if family == "vit":  # hover the patch in the image
@@ -125,17 +144,25 @@ def test_page_shows_the_captured_rows(browser, family_page):
                             i = q - prefix
                             cell = box["width"] / grid
                             page.mouse.move(box["x"] + (i % grid + 0.5) * cell, box["y"] + (i // grid + 0.5) * cell)
+                        elif family == "tts":  # hover the frame: a column of the map (characters down)
+                            geo = json.loads(page.get_attribute("#heatmap", "data-geometry"))
+                            assert geo["transposed"]
+                            page.hover("#heatmap", position={"x": geo["left"] + (q + 0.5) * geo["cw"],
+                                                             "y": geo["top"] + geo["ch"] / 2})
                         else:  # hover the query token
                             page.hover(f"#queries .tok[data-i='{q}']")
                         assert page.get_attribute("#readout", "data-query") == str(q)
-                        check_row(shown_row(page), m[q], f"{family} epoch {epoch} {name} head {head} query {q}")
+                        bound = float(row_max[q])
+                        check_row(shown_row(page), m[q], f"{family} epoch {epoch} {name} head {head} query {q}", bound)
                         keys = page.eval_on_selector_all("#keys .tok", "ts => ts.map(t => Number(t.dataset.weight))")
-                        check_row(torch.tensor(keys, dtype=torch.float32), m[q], f"{family} key tokens")
+                        check_row(torch.tensor(keys, dtype=torch.float32), m[q], f"{family} key tokens", bound)
                         checked += 1
             if family == "vit":  # the class-token and mean-query buttons
                 page.select_option("#module", "rollout")
                 page.click("#q-mean")
-                check_row(shown_row(page), maps["rollout"][0, prefix:].mean(0), f"vit epoch {epoch} mean query")
+                patches = maps["rollout"][0, prefix:]
+                check_row(shown_row(page), patches.mean(0), f"vit epoch {epoch} mean query",
+                          float(patches.amax(-1).mean()))
                 if prefix:
                     page.click("#q-cls")
                     check_row(shown_row(page), maps["rollout"][0, 0], f"vit epoch {epoch} class token")

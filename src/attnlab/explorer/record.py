@@ -4,7 +4,8 @@ Storage: each map (heads, queries, keys) of the first sample is stored as one by
 row max)``, plus the row's maximum as a float32, both base64 in the page's JSON. A weight reads back within
 ``row max / 510`` (0.2 % of the row's largest weight: small weights of a long row keep their relative precision,
 which absolute 8-bit steps of 1/255 would not) at about 1 byte per weight (4/3 with base64). Only the captured
-heads and the positions the PNG callback draws (``max_tokens``) are kept; image and speech maps are kept whole.
+heads and the positions the PNG callback draws (``max_tokens``) are kept; image, speech and the sequence
+classifier's maps are kept whole (their PNGs draw them so).
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ class ExplorerRecord:
     Args:
         title: the page's heading (the run folder's name).
         max_tokens: keep the first ``max_tokens`` queries and keys of token maps (the PNG callback's crop); maps the
-            family marks ``whole`` (image patches, speech frames) are kept whole. None: every position.
+            family marks ``whole`` (image patches, speech frames, the sequence classifier's readout and needle)
+            are kept whole. None: every position.
         max_epochs: keep the last N epochs only (None: all).
         max_audio_epochs: keep the audio (an epoch's ``audio`` note) of the last N epochs only (None: all); the
             older epochs keep their maps and a caption that says so.

@@ -97,6 +97,13 @@ class SequenceClassificationTask(ClassificationTask):
     def attention_forward(self, ids: Tensor) -> Tensor:
         return self.net(ids)
 
+    def explorer_view(self, maps: dict[str, Tensor], sample: AttentionSample) -> dict:
+        """The tokens page with the maps whole, as :meth:`render_attention` draws them: the answer is read at the
+        last position and the needle may sit anywhere before it, so the callback's crop to the first
+        ``max_tokens`` positions would drop the readout row always and the needle often (then the page would
+        open on a filler)."""
+        return {"whole": True}
+
     def render_attention(self, maps: dict[str, Tensor], sample: AttentionSample) -> list[AttentionFigure]:
         """One figure, ``query_attention.png``: for every layer (rows), each head's attention from the readout
         position (the last one, where the question is) over the sequence, the answer's position marked."""
