@@ -4,13 +4,13 @@ file of another model family with one line.
 A ``.ckpt`` is a pickle: read with ``weights_only=False``, a file whose unpickling calls ``os.system`` runs its
 command the moment it is loaded, before any check of what it holds. Every path that reads a checkpoint (the
 ``generate``/``translate``/``synthesize`` entry points, ``train.py`` test/``ckpt_path``/``resume``, the claims, the
-notebooks) therefore goes through :func:`read_checkpoint` or :func:`checked_contents` here, which load with
+notebooks) therefore goes through :func:`read_trusted` (or :func:`read_checkpoint`) here, which load with
 ``weights_only=True``: PyTorch's restricted unpickler accepts tensors and plain containers only and refuses any
 other global *before* calling it. Each reads the file once (:func:`read_trusted`): the :class:`TrustedCheckpoint` it
 gives is what every later step uses (an entry point's :func:`load_task` builds the task from it; train.py's plan
 carries the one of ``ckpt_path=`` / ``resume=`` through the run), so nothing reads or checks the file again.
 
-What train.py writes is plain already: the task's hyper-parameters are plain dicts (``train.build_model`` converts
+What train.py writes is plain already: the task's hyper-parameters are plain dicts (``run_build.task_arguments`` converts
 the config), the tokenizer is a JSON string, the random state is tensors and tuples, callback and data-module states
 are dicts of numbers. :data:`SAFE_GLOBALS` is the one place to allow-list a type should a checkpoint ever need one
 (``tests/test_safe_checkpoints.py`` loads every family's checkpoint through here, so such a need shows up there).
