@@ -1,7 +1,8 @@
 """Every bad input gets one line: a real ``python train.py`` on a real bad file or a bad config value exits with
 status 2 and prints one error line naming the file (and line / byte offset) or the key, the value and what is
-allowed, with no traceback. Each case stops before any training step: each costs the few seconds of starting
-train.py (~7 s of CPU, most of it importing Lightning).
+allowed, with no traceback. Each case stops before any training step; a bad data file before Lightning is imported
+(read by train.py's data preflight, attnlab.data.preflight): ~3.5 s of CPU on a small shared machine, most of it
+importing torch for the model-size check that runs before the data are read.
 
 The same checks one level down (every message, in-process) live in tests/data/, tests/audio/, tests/models/test_vit.py
 and tests/utils/test_validate.py; this file is the promise where the user meets it.
@@ -122,13 +123,14 @@ CASES = [
 ]
 
 
-# Each of these takes the same code path as a case kept in the default suite (a bad file found by the same reader,
-# after the same Lightning start-up of ~8 s) and is unit-tested in tests/data/; through train.py with `-m slow`.
-# norm-placement-unknown: a part refusing its value when built, as image-size-mismatch does (its message is checked
-# in-process in tests/modules/test_parts_and_block.py).
+# The data cases run by default in test_bad_data_is_refused_before_lightning (below: the same assertions, and that
+# Lightning was not imported yet) and are unit-tested in tests/data/ (test_preflight.py: every message, in-process);
+# here with `-m slow`. norm-placement-unknown: a part refusing its value when built, as image-size-mismatch does (its
+# message is checked in-process in tests/modules/test_parts_and_block.py).
 # the suite's 10-minute budget: one case per kind of refusal runs by default, the other points of a kind with -m slow
-SLOW = {"tsv-empty", "tsv-folder", "text-empty", "hf-broken-jsonl", "cifar-file-not-folder", "cifar-empty-batch", "norm-placement-unknown",
-        "tsv-one-column", "tsv-not-utf8", "text-missing", "cifar-missing"}
+DATA_OPTIONS = ("tsv-", "hf-", "text-", "cifar-", "ljspeech-")  # the ids of the data cases start with these
+DATA_CASES = [c for c in CASES if c[0].startswith(DATA_OPTIONS)]
+SLOW = {"norm-placement-unknown", *(c[0] for c in DATA_CASES)}
 
 
 @pytest.mark.parametrize("args,message,names", [
@@ -149,21 +151,42 @@ def test_bad_input_is_one_line_and_exit_2(args, message, names, bad, tmp_path, c
     assert not (tmp_path / "run").exists()  # refused before anything was written there: no folder left
 
 
-@pytest.mark.parametrize("full_error", ["0", "1"])
-@pytest.mark.parametrize("case", ["tsv-one-column", "hf-missing-column", "cifar-missing"])
-def test_bad_data_with_the_loggers_on_leaves_no_folder(case, full_error, bad, tmp_path, cache_dir):
-    """With a logger and the callbacks on (they write into the run folder once they start), and with the traceback
-    asked for: the data are read before either starts, so the refusal is exit 2 and no folder is left."""
-    (args, message, _), = [c[1:] for c in CASES if c[0] == case]
+# records which of torch and Lightning a train.py run imported, by the time it exits, into the file named first
+PROBE = ("import atexit, runpy, sys\n"
+         "out = sys.argv.pop(1)\n"
+         "heavy = lambda: ' '.join(m for m in ('torch', 'lightning') if m in sys.modules)\n"
+         "atexit.register(lambda: open(out, 'w').write(heavy()))\n"
+         "sys.argv[0] = 'train.py'\n"
+         "runpy.run_path('train.py', run_name='__main__')\n")
+FULL_ERROR = {next(c[0] for c in DATA_CASES if c[0].startswith(p)) for p in DATA_OPTIONS}  # (each option's first)
+
+
+@pytest.mark.parametrize("args,message,names,full_error", [
+    pytest.param(*c[1:], full, id=f"{c[0]}{'-full-error' if full == '1' else ''}")
+    for c in DATA_CASES for full in ("0", "1") if full == "0" or c[0] in FULL_ERROR])
+def test_bad_data_is_refused_before_lightning(args, message, names, full_error, bad, tmp_path, cache_dir):
+    """A bad data file is read by train.py's data preflight (attnlab.data.preflight) before Lightning is imported:
+    one line naming the file, exit 2, no run folder, with a logger on; with HYDRA_FULL_ERROR=1 the traceback too,
+    still exit 2 and no folder. torch is imported before it by validate_config's model-size check (the net built on
+    the meta device, utils/model_memory.py); `datasets` (data=hf) imports neither."""
+    marker = tmp_path / "imported"
     fill = lambda s: s.replace("{bad}", str(bad))  # noqa: E731
-    out = run_cli(["debug=fast", "logger=csv", *map(fill, args), f"hydra.run.dir={tmp_path}/run"], cache_dir,
-                  timeout=180, env={"HYDRA_FULL_ERROR": full_error})
+    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "PYTEST_XDIST_WORKER")}
+    env.update(ATTNLAB_CACHE=cache_dir, HF_DATASETS_CACHE=str(tmp_path / "datasets"), WANDB_SILENT="true",
+               PYTHONUNBUFFERED="1", **({"HYDRA_FULL_ERROR": "1"} if full_error == "1" else {}))
+    out = subprocess.run([sys.executable, "-c", PROBE, str(marker), "debug=fast", "logger=csv", *map(fill, args),
+                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=180)
     text = ANSI.sub("", out.stdout)
     assert out.returncode == 2, text[-3000:]
     assert ("Traceback" in text) == (full_error == "1"), text[-3000:]
-    assert len([line for line in text.splitlines() if "ERROR" in line and message in line]) == 1, text[-3000:]
-    assert "CONFIG" in text  # (the config tree is printed first: the data cache may take minutes to build)
-    assert not (tmp_path / "run").exists()
+    errors = [line for line in text.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and message in errors[0], text[-3000:]
+    assert full_error == "1" or text.count(message) == 1, text[-3000:]  # (not also in a wrapper's message)
+    for name in map(fill, names):
+        assert name in errors[0], errors[0]
+    assert not (tmp_path / "run").exists()  # refused before anything was written there: no folder left
+    assert "lightning" not in marker.read_text().split(), marker.read_text()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -278,13 +301,7 @@ def test_values_refused_before_torch_is_imported(tmp_path):
     """A command line refused for its values answers before torch and Lightning are imported (about 1.5 s of CPU
     instead of 5 on a small machine): the checks take their option lists from the torch-free attnlab.choices."""
     marker = tmp_path / "imported"
-    probe = ("import atexit, runpy, sys\n"
-             "out = sys.argv.pop(1)\n"
-             "heavy = lambda: ' '.join(m for m in ('torch', 'lightning') if m in sys.modules)\n"
-             "atexit.register(lambda: open(out, 'w').write(heavy()))\n"
-             "sys.argv[0] = 'train.py'\n"
-             "runpy.run_path('train.py', run_name='__main__')\n")
-    out = subprocess.run([sys.executable, "-c", probe, str(marker), "seed=-1", "model.net.n_heads=0", "task_name=nan",
+    out = subprocess.run([sys.executable, "-c", PROBE, str(marker), "seed=-1", "model.net.n_heads=0", "task_name=nan",
                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, timeout=120)
     assert out.returncode == 2 and "seed=-1" in out.stdout, out.stdout[-3000:]

@@ -215,8 +215,8 @@ def test_a_nan_stop_is_one_line_naming_the_checkpoint_that_exists(tmp_path, cach
 
 
 def test_a_bad_data_file_is_one_line_and_a_traceback_on_request(tmp_path, cache_dir):
-    """The CIFAR-10 batches are read in the data module's setup, before any logger or trainer exists: refused with
-    exit 2 and no folder left, the traceback added on request."""
+    """The CIFAR-10 batches are read by train.py's data preflight (attnlab.data.preflight), before Lightning is
+    imported: refused with exit 2 and no folder left, the traceback added on request."""
     data = tmp_path / "cifar"
     data.mkdir()
     for name in (*[f"data_batch_{i}" for i in range(1, 6)], "test_batch", "batches.meta"):

@@ -11,6 +11,7 @@ the run folder (:mod:`attnlab.run_folder`), which hands its read of the checkpoi
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,7 +77,7 @@ def plan(cfg: DictConfig, overrides: list[str] | tuple[str, ...] | None = None,
                    overrides=tuple(overrides), checkpoint=checkpoint, resuming=resuming)
 
 
-def preflight(cfg: DictConfig, overrides: list[str], run_dir: Path) -> RunPlan:
+def preflight(cfg: DictConfig, overrides: Sequence[str], run_dir: Path) -> RunPlan:
     """``train.py``'s checks, each once, in the order a user would want to hear of them; a refusal is one line
     (a :class:`~attnlab.errors.UserError`). ``overrides``: this job's command line; ``run_dir``: its folder."""
     raise_if_failed()  # Hydra's first lines into train.log found the disk full
@@ -84,6 +85,9 @@ def preflight(cfg: DictConfig, overrides: list[str], run_dir: Path) -> RunPlan:
     # one line naming the key, before anything is built or torch imported
     resolved = validate_config(cfg, overrides)
     check_block_groups(cfg, overrides, resolved["model"].get("net"))
+    from .data.preflight import check_data
+
+    check_data(resolved["data"], cfg.model.get("name"))  # every data file read, before Lightning (data/preflight.py)
     notes: list[str] = []
     checkpoint = None
     if cfg.get("resume"):
@@ -92,7 +96,7 @@ def preflight(cfg: DictConfig, overrides: list[str], run_dir: Path) -> RunPlan:
     named = str(cfg.get("ckpt_path") or "")
     if _is_file_name(named) and not Path(named).expanduser().is_file():
         raise ConfigError(f"checkpoint not found: {Path(named).expanduser().resolve()}")  # (before torch)
-    the_plan = plan(cfg, overrides, checkpoint)
+    the_plan = plan(cfg, list(overrides), checkpoint)  # (checked: now they may resolve)
     checkpoint = the_plan.checkpoint
     if checkpoint is not None and not the_plan.resuming and cfg.get("train"):
         # a new run from the checkpoint's training state trains on its data (resume=: checked by the folder guard)

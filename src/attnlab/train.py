@@ -142,7 +142,8 @@ def _main(cfg: DictConfig) -> float | None:
 
 def train_job(cfg: DictConfig, hc) -> float | None:
     run_dir = Path(hc.runtime.output_dir)
-    the_plan = preflight(cfg, list(hc.overrides.task), run_dir)
+    # (the overrides as Hydra holds them: turned into a list they would resolve ${oc.env:...} before its check)
+    the_plan = preflight(cfg, hc.overrides.task, run_dir)
     # after every refusal (torch is imported here), before any thread starts; per DDP rank
     chosen = threads.apply(the_plan.resolved.get("threads", "auto"), threads.ranks_of(the_plan.resolved["trainer"]))
     if run_folder.launching_process():

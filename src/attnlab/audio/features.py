@@ -15,11 +15,11 @@ the magnitude and taking the phase of the STFT of the inverse STFT.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import numpy as np
 import torch
 from torch import Tensor
+
+from .mel_config import MelConfig
 
 
 def hz_to_mel(f: np.ndarray) -> np.ndarray:
@@ -50,35 +50,6 @@ def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float = 0.0,
     weights = np.maximum(0, np.minimum(lower, upper))
     weights *= (2.0 / (mel_f[2 : n_mels + 2] - mel_f[:n_mels]))[:, None]
     return torch.from_numpy(weights.astype(np.float32))
-
-
-@dataclass(frozen=True)
-class MelConfig:
-    """Every number the features depend on; stored in checkpoints so synthesis inverts exactly what was learned.
-
-    ``mean``/``std`` normalize the log-mel (natural log of the mel-filtered STFT magnitude) to roughly zero mean and
-    unit scale; the defaults were measured on the eSpeak corpus (silence sits at ln(1e-5) = -11.5).
-    """
-
-    sample_rate: int = 22050
-    n_fft: int = 1024
-    hop_length: int = 256
-    win_length: int = 1024
-    n_mels: int = 80
-    fmin: float = 0.0
-    fmax: float | None = 8000.0
-    log_floor: float = 1e-5
-    mean: float = -5.0
-    std: float = 2.5
-
-    @classmethod
-    def from_cfg(cls, cfg) -> "MelConfig":
-        if isinstance(cfg, cls):
-            return cfg
-        return cls(**dict(cfg or {}))
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class MelExtractor:

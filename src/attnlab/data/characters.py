@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import re
 
-import torch
-
 from ..special_tokens import CHAR_EOS_ID, CHAR_PAD_ID, CHAR_SYMBOLS, CHAR_UNK_ID, char_text
 
 
@@ -38,7 +36,7 @@ class CharVocab:
         return [self.index.get(c, self.unk_id) for c in normalize_text(text)]
 
     def decode(self, ids) -> str:
-        return char_text(ids.tolist() if isinstance(ids, torch.Tensor) else ids)
+        return char_text(ids.tolist() if hasattr(ids, "tolist") else ids)  # a tensor or an array: its ints
 
     def covers(self, text: str) -> bool:
         """True if every character of the normalized text is in the alphabet."""

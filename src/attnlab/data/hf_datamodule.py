@@ -7,14 +7,20 @@ modules import the reading functions and nothing imports back.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 
 from ..errors import ConfigError
-from .lm_datamodule import LMDataModule
-from .translation_datamodule import TranslationDataModule
+from .hf_source import HF_DATA_MODULES
+
+
+def _class(path: str) -> type:
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
 
 # the data kinds (attnlab.families.DATA_KINDS) a Hugging Face dataset can give, and the data module that reads it
-HF_READERS = {"lm_text": LMDataModule, "translation": TranslationDataModule}
+HF_READERS = {kind: _class(path) for kind, path in HF_DATA_MODULES.items()}
 
 
 def hf_reader(kind: str, model: str, **options):

@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 # file suffix -> the `datasets` packaged builder that reads it
 BUILDERS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".arrow": "arrow", ".csv": "csv"}
 SPLIT_NAMES = {"train": "train", "validation": "val", "valid": "val", "val": "val", "dev": "val", "test": "test"}
+# the data kinds (attnlab.families.DATA_KINDS) a Hugging Face dataset can give, and the data module that reads each:
+# named, not imported: train.py's preflight picks the reader's checks without torch (data/hf_datamodule.py imports
+# the classes)
+HF_DATA_MODULES = {"lm_text": "attnlab.data.lm_datamodule.LMDataModule",
+                   "translation": "attnlab.data.translation_datamodule.TranslationDataModule"}
 HUB_NAME = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 # data.hf options and their defaults (conf/data/hf.yaml documents them)
 HF_OPTIONS: dict[str, str | None] = {

@@ -3,7 +3,9 @@
 corpus generator (``data=espeak``), so the same reader serves both.
 
 Every problem with the folder is one line naming the file (and line): a missing folder, metadata or WAV; a
-malformed metadata line; stereo audio; another sample rate (see :func:`attnlab.audio.wav.read_wav`).
+malformed metadata line; stereo audio; another sample rate (see :func:`attnlab.audio.wav.read_wav`). Torch-free:
+train.py reads a corpus through these functions before it imports Lightning (:mod:`attnlab.data.preflight`), the data
+module (:mod:`attnlab.data.speech_datamodule`) through the same ones after.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 from ..audio.wav import read_wav, write_wav
 from ..errors import AudioFileError, CorpusError
 from ..folder_paths import plain_name
+from .characters import CharVocab
 
 METADATA = "metadata.csv"
 
@@ -28,6 +31,13 @@ class Entry:
     id: str
     text: str  # the normalized text (3rd column) when present, else the raw one
     wav: Path
+
+
+def corpus_folder(path: str | os.PathLike | None) -> Path:
+    """The folder ``data.path`` names; one line when it is not set."""
+    if not path:
+        raise CorpusError("data.path is not set: give the LJSpeech folder, e.g. data.path=~/data/LJSpeech-1.1")
+    return Path(path).expanduser()
 
 
 def read_metadata(folder: str | Path) -> list[Entry]:
@@ -56,6 +66,17 @@ def read_metadata(folder: str | Path) -> list[Entry]:
     if not entries:
         raise CorpusError(f"{meta} lists no utterances")
     return entries
+
+
+def utterances(folder: str | Path, vocab: CharVocab, max_chars: int,
+               limit: int | None = None) -> tuple[list[tuple[Entry, list[int]]], int]:
+    """The metadata's entries (only the first ``limit`` when given) whose text is 1 to ``max_chars`` characters, each
+    with its character ids; and how many were left out for their text (their audio is never read)."""
+    entries = read_metadata(folder)
+    if limit:
+        entries = entries[:limit]
+    kept = [(e, ids) for e in entries if (ids := vocab.encode(e.text)) and len(ids) <= max_chars]
+    return kept, len(entries) - len(kept)
 
 
 def load_audio(entry: Entry, sample_rate: int) -> np.ndarray:

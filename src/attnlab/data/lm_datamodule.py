@@ -2,7 +2,7 @@
 
 Pipeline (everything cached under ``cache_dir``, keyed by the sources' fingerprints, the settings and the tokenizer):
 
-    sources: pydoc, or data.path = a text file, a folder or a glob              (text_sources.py)
+    sources: pydoc, or data.path = a text file, a folder or a glob   (lm_corpus.py, text_sources.py)
     --normalize (data.normalize)--train on <= tokenizer_sample_mb of text, read in chunks-->
         <cache_dir>/tokenizers/bpe-<vocab>-<key>.json  (stores the normalizer)
     --chunks of 1 MiB, parallel encode_batch--> <cache_dir>/tokens/<key>/shard-*.bin + manifest.json  (shards.py)
@@ -16,10 +16,7 @@ Every item is ``{"input_ids": LongTensor[T], "labels": LongTensor[T]}`` with
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-from pathlib import Path
 
 import lightning as L
 import numpy as np
@@ -28,59 +25,28 @@ from tokenizers import Tokenizer, models
 from torch.utils.data import DataLoader, Dataset
 
 from attnlab.data import tokenizer as tokmod
-from attnlab.data.corpus import pydoc_text
 from attnlab.errors import ConfigError, DataError
 from attnlab.data.loading import EpochDataLoader, FrozenEpochSampler, MidEpochResume, mix64, sequential_sampler
 from attnlab.data.normalization import TextNormalization
-from attnlab.data.shards import (CHUNK_BYTES, ChunkEncoder, TokenStream, build_shards, manifest_header, matches,
-                                 read_manifest, shards_dir, trusted_shards)
-from attnlab.data.hf_source import hf_options, text_column_file
-from attnlab.data.text_sources import TextSource, fingerprint, resolve_files, sample_chunks
+from attnlab.data.shards import CHUNK_BYTES, ChunkEncoder, TokenStream, build_shards, complete_manifest, shards_dir
+from attnlab.data.hf_source import hf_options
+from attnlab.data.lm_corpus import (DEFAULT_TOKENIZER_SAMPLE_MB, SOURCES, lm_normalization,
+                                    text_sources, tokenizer_cache, tokenizer_sample_bytes)
+from attnlab.data.text_sources import BlankCheck, TextSource, sample_chunks
 from attnlab.data.tokenizer import BPETokenizer
-
-SOURCES = ("pydoc", "text_file", "hf")
-TOKENIZER_KEY_VERSION = "lm-stream-v1"
-# The LM learns text as written: case and punctuation are content. Only the Unicode form is unified (NFC), so that
-# composed and decomposed accents are the same tokens; generate's prompts get the same, through the tokenizer.
-DEFAULT_NORMALIZATION = {"unicode": "NFC", "remove": "", "whitespace": False, "case": "keep"}
-DEFAULT_TOKENIZER_SAMPLE_MB = 64
 
 
 # --------------------------------------------------------------------------------------
 # Corpus -> tokenizer -> token shards
 # --------------------------------------------------------------------------------------
-def text_sources(source: str, path: str | os.PathLike | None = None, hf: dict | None = None,
-                 cache_dir: str | os.PathLike = ".cache") -> list[TextSource]:
-    """The sources of a data source (see ``SOURCES``): pydoc's text, the files ``path`` names, or the text column of
-    a Hugging Face dataset's train split (exported once into the cache, data/hf_source.py)."""
-    if source == "hf":
-        return [TextSource.from_file(text_column_file(str(path), hf or {}, cache_dir))]
-    if source == "pydoc":
-        return [TextSource.from_text("pydoc", pydoc_text())]
-    if source == "text_file":
-        if not path:
-            raise ConfigError("source='text_file' needs path=<a UTF-8 text file, a folder or a glob>")
-        return [TextSource.from_file(p) for p in resolve_files(path)]
-    raise ConfigError(f"unknown data source {source!r}; valid sources: {', '.join(SOURCES)}")
-
-
 def corpus_tokenizer(sources: list[TextSource], vocab_size: int, cache_dir: str | os.PathLike,
                      normalization: TextNormalization | None = None,
                      sample_bytes: int = DEFAULT_TOKENIZER_SAMPLE_MB << 20) -> BPETokenizer:
     """The BPE for these sources, trained once (on the normalized text of ``sample_chunks``: the whole corpus up to
-    ``sample_bytes``, else that much spread over it), then read from the cache.
-
-    The key hashes the sources' fingerprints (a file's path, size and mtime: no read), the normalization spec, the
-    vocabulary and the sample size, so a cached tokenizer costs a few ``stat`` calls.
-    """
+    ``sample_bytes``, else that much spread over it), then read from the cache (a few ``stat`` calls: see
+    :func:`~attnlab.data.lm_corpus.tokenizer_cache`)."""
     normalization = normalization or TextNormalization()
-    total = sum(s.size for s in sources)
-    sample = "all" if total <= sample_bytes else f"{sample_bytes}/{CHUNK_BYTES}"
-    h = hashlib.sha256(f"{TOKENIZER_KEY_VERSION}\n{tokmod.FORMAT_VERSION}\n{vocab_size}\n{sample}\n".encode())
-    h.update(json.dumps(normalization.as_dict(), sort_keys=True).encode())
-    h.update(fingerprint(sources).encode())
-    key = h.hexdigest()
-    path = tokmod.cache_file(cache_dir, vocab_size, key)
+    path, key = tokenizer_cache(sources, vocab_size, cache_dir, normalization, sample_bytes, CHUNK_BYTES)
     cached = tokmod.load_cached(path, key)  # None also for a damaged or swapped file (named in a warning)
     if cached is not None:
         return cached
@@ -92,18 +58,9 @@ def corpus_tokenizer(sources: list[TextSource], vocab_size: int, cache_dir: str 
     holder = Tokenizer(models.BPE())
     holder.normalizer = normalizer
     encoder = ChunkEncoder(holder)
-    blank = True
-
-    def texts():
-        nonlocal blank
-        for c in chunks():
-            blank = blank and not c.text.strip()
-            yield encoder.normalize(c)
-
-    tok = tokmod.train_bpe_from_texts(texts(), vocab_size, normalizer)
-    if blank:
-        names = ", ".join(s.name for s in sources[:3]) + (", ..." if len(sources) > 3 else "")
-        raise DataError(f"text file{'s are' if len(sources) > 1 else ' is'} empty: {names}")
+    blank = BlankCheck(sources)
+    tok = tokmod.train_bpe_from_texts((encoder.normalize(c) for c in blank.watch(chunks())), vocab_size, normalizer)
+    blank.raise_if_blank()
     tokmod.save_cached(tok, path, key)
     return tok
 
@@ -118,9 +75,8 @@ def tokenize_corpus(sources: list[TextSource], vocab_size: int, cache_dir: str |
     normalization = normalization or TextNormalization()
     tok = corpus_tokenizer(sources, vocab_size, cache_dir, normalization, sample_bytes)
     out = shards_dir(sources, tok, cache_dir)
-    manifest = read_manifest(out)
-    if not (matches(manifest, manifest_header(sources, tok)) and manifest.get("complete")
-            and trusted_shards(out, manifest, warn=False) == manifest["shards"]):
+    manifest = complete_manifest(out, sources, tok)
+    if manifest is None:
         manifest = build_shards(sources, tok, out, avoid=normalization.remove)  # names what it rebuilds
     return tok, TokenStream.open(out, manifest)
 
@@ -242,7 +198,7 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
                 f"val_fraction={val_fraction} and test_fraction={test_fraction} must be in [0, 1) "
                 "and sum to < 1"
             )
-        self.normalization = TextNormalization.from_config(DEFAULT_NORMALIZATION if normalize is None else normalize)
+        self.normalization = lm_normalization(normalize)
         self.save_hyperparameters()
         self.hparams.normalize = self.normalization.as_dict()
         self.hparams.hf = hf  # hf_options: plain types, every option
@@ -256,7 +212,7 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
         hp = self.hparams
         sources = text_sources(hp.source, hp.path, hp.hf, hp.cache_dir)
         return tokenize_corpus(sources, hp.vocab_size, hp.cache_dir, self.normalization,
-                               int(hp.tokenizer_sample_mb * (1 << 20)))
+                               tokenizer_sample_bytes(hp.tokenizer_sample_mb))
 
     def prepare_data(self) -> None:
         """Train the tokenizer and encode the corpus into the cache (rank 0 under DDP)."""

@@ -215,6 +215,16 @@ def matches(manifest: dict | None, header: dict) -> bool:
     return manifest is not None and all(manifest.get(k) == v for k, v in header.items())
 
 
+def complete_manifest(out_dir: Path, sources: list[TextSource], tok: BPETokenizer) -> dict | None:
+    """The manifest of ``out_dir`` if its shards hold every token of these sources, made with this tokenizer, and
+    every shard file is the one written; else None (the shards are built, or finished, from there)."""
+    manifest = read_manifest(out_dir)
+    if (matches(manifest, manifest_header(sources, tok)) and manifest.get("complete")
+            and trusted_shards(out_dir, manifest, warn=False) == manifest["shards"]):
+        return manifest
+    return None
+
+
 def _remove_stale_temp_files(out_dir: Path, older_than_s: float = 60.0) -> None:
     """Temp files of an interrupted run (a live writer touches its own every few seconds)."""
     now = time.time()

@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..audio.features import MelConfig, MelExtractor
 from .characters import CharVocab
 from ..errors import CorpusError
-from .ljspeech import load_audio, read_metadata
+from .ljspeech import corpus_folder, load_audio, utterances
 from .loading import BatchDataset, MidEpochResume, batch_loader
 
 log = logging.getLogger(__name__)
@@ -84,21 +84,13 @@ class SpeechDataModule(MidEpochResume, L.LightningDataModule):
         self.splits: dict[str, SpeechDataset] = {}
 
     def corpus_folder(self) -> Path:
-        if not self.path:
-            raise CorpusError("data.path is not set: give the LJSpeech folder, e.g. data.path=~/data/LJSpeech-1.1")
-        return Path(self.path).expanduser()
+        return corpus_folder(self.path)
 
     def load(self) -> tuple[list[Tensor], list[Tensor], list[str], list[str]]:
-        entries = read_metadata(self.corpus_folder())
-        if self.limit:
-            entries = entries[: self.limit]
+        kept, dropped = utterances(self.corpus_folder(), self.vocab, self.max_chars, self.limit)
         extract = MelExtractor(self.mel_cfg)
-        texts, mels, ids, raw, dropped = [], [], [], [], 0
-        for e in entries:
-            ids_ = self.vocab.encode(e.text)
-            if not ids_ or len(ids_) > self.max_chars:
-                dropped += 1
-                continue
+        texts, mels, ids, raw = [], [], [], []
+        for e, ids_ in kept:
             mel = extract(torch.from_numpy(load_audio(e, self.mel_cfg.sample_rate)))
             if mel.shape[0] > self.max_frames:
                 dropped += 1

@@ -21,7 +21,7 @@ import hashlib
 import io
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -254,6 +254,25 @@ def _decode(data: bytes, src: TextSource, base: int) -> str:
 
 def _what(src: TextSource) -> str:
     return "text file" if src.path is not None else src.name
+
+
+class BlankCheck:
+    """Watches the chunks read from ``sources``: if not one of them holds a non-space character, the sources have no
+    text, and :meth:`raise_if_blank` says so in one line naming them."""
+
+    def __init__(self, sources: list[TextSource]):
+        self.sources = sources
+        self.blank = True
+
+    def watch(self, chunks: Iterable[Chunk]) -> Iterator[Chunk]:
+        for c in chunks:
+            self.blank = self.blank and not c.text.strip()
+            yield c
+
+    def raise_if_blank(self) -> None:
+        if self.blank:
+            names = ", ".join(s.name for s in self.sources[:3]) + (", ..." if len(self.sources) > 3 else "")
+            raise DataError(f"text file{'s are' if len(self.sources) > 1 else ' is'} empty: {names}")
 
 
 def sample_chunks(sources: list[TextSource], budget: int, chunk_bytes: int, avoid: str = "") -> Iterator[Chunk]:

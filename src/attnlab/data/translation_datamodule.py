@@ -47,19 +47,13 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from attnlab.errors import ConfigError, DataError
-from attnlab.data.hf_source import hf_options, hf_pairs, load_hf
+from attnlab.data.hf_source import hf_options
 from attnlab.data.loading import BatchDataset, MidEpochResume, batch_loader
 from attnlab.data.normalization import TextNormalization
 from attnlab.data.numbers import SPOKEN_COMPOUNDS, load_or_generate_numbers
-from attnlab.data.parallel import (
-    DEFAULT_BUCKET_EDGES,
-    Pair,
-    bucket_names,
-    check_bucket_edges,
-    read_parallel_tsv,
-    split_pairs,
-)
+from attnlab.data.parallel import DEFAULT_BUCKET_EDGES, Pair, bucket_names, check_bucket_edges
 from attnlab.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer, train_or_load_bpe
+from attnlab.data.user_pairs import read_user_pairs, tsv_files, user_splits
 
 log = logging.getLogger(__name__)
 
@@ -217,8 +211,8 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
         super().__init__()
         if source not in SOURCES:
             raise ConfigError(f"unknown data source {source!r}; valid sources: {', '.join(SOURCES)}")
-        if source == "tsv" and not path:
-            raise ConfigError("source='tsv' needs path=<a tab-separated file: source<TAB>target per line>")
+        if source == "tsv":
+            tsv_files(path, val_path, test_path)  # (a missing path: one line now, not at setup)
         hf = hf_options(source, path, hf)
         if source != "numbers" and copy_names:
             raise ConfigError("copy_names applies to source='numbers' only")
@@ -251,30 +245,8 @@ class TranslationDataModule(MidEpochResume, L.LightningDataModule):
                 copy_fraction=hp.copy_fraction, copy_test_size=hp.copy_test_size, bucket_edges=hp.bucket_edges,
             )  # fmt: skip
             return splits
-        given = self._read_user_splits()  # train, and val / test where the user's data has them
-        val_fraction = 0.0 if "val" in given else hp.val_fraction
-        test_fraction = 0.0 if "test" in given else hp.test_fraction
-        splits = split_pairs(given.pop("train"), val_fraction, test_fraction, hp.seed)
-        splits.update(given)
-        for name in ("val", "test"):
-            if not splits[name]:
-                raise DataError(f"the {name} split of {hp.path} is empty: give {name}_fraction > 0 or {name}_path")
-        return splits
-
-    def _read_user_splits(self) -> dict[str, list[Pair]]:
-        hp, edges = self.hparams, self.hparams.bucket_edges
-        if hp.source == "hf":
-            opts = hp.hf
-            loaded = load_hf(hp.path, opts["name"], opts["split"], opts["datasets_cache"])
-            columns = {k: opts[k] for k in ("src_column", "tgt_column", "translation_column", "src_lang", "tgt_lang")}
-            return {split: hf_pairs(d, **columns, edges=edges, where=f"{hp.path} [{split}]")
-                    for split, d in loaded.items()}
-        given = {"train": read_parallel_tsv(hp.path, edges)}
-        if hp.val_path:
-            given["val"] = read_parallel_tsv(hp.val_path, edges)
-        if hp.test_path:
-            given["test"] = read_parallel_tsv(hp.test_path, edges)
-        return given
+        given = read_user_pairs(hp.source, hp.path, hp.val_path, hp.test_path, hp.hf, hp.bucket_edges)
+        return user_splits(given, hp.path, hp.val_fraction, hp.test_fraction, hp.seed)
 
     def _tokenizer(self, splits: dict[str, list[Pair]]) -> BPETokenizer:
         """The joint tokenizer, trained on the train split's normalized sources and verbatim targets; it stores the
