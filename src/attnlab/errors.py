@@ -39,6 +39,12 @@ class PartError(UserError, ValueError):
     """A config-group part that cannot be built; one line naming the group."""
 
 
+class SettingError(ConfigError, PartError):
+    """A part's (or a task's) setting refused by its settings type (:mod:`attnlab.modules.settings`), in one line
+    naming the key as the user types it; the same line from train.py's check and from a part built in Python, so
+    it is both kinds of refusal."""
+
+
 class UnsafeTargetError(UserError, ValueError):
     """A config from a file names code outside the allow-list; nothing from it was imported, built or run."""
 

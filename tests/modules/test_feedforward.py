@@ -115,7 +115,7 @@ def test_unknown_option_and_bad_activation_are_one_line_errors():
         resolve_part("ffn", bad, None)
     assert "\n" not in str(e.value)
     # one module for every layer (a config without _partial_) is refused, not shared
-    with pytest.raises(PartError, match=r"^ffn\.activation must build one module per layer .*_partial_: true"):
+    with pytest.raises(PartError, match=r"^ffn\.activation=PReLU\(.*\): must build one module per layer .*_partial_: true"):
         FeedForward(8, nn.PReLU())
 
 

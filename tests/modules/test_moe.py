@@ -221,5 +221,5 @@ def test_pooled_balance_loss_equals_mixtral_over_all_layers():
     pooled[0].aux_loss_coef = 0.02
     with pytest.raises(ValueError, match="same balance, aux_loss_coef"):
         moe_losses(model)
-    with pytest.raises(ValueError, match="balance='sum' must be one of layer, pooled"):
+    with pytest.raises(ValueError, match=r"^moe\.balance=sum: choose one of layer, pooled$"):
         MixtureOfExperts(D, [build_ffn("relu", D) for _ in range(E)], balance="sum")

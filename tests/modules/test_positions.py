@@ -157,9 +157,9 @@ def test_sequence_positions_refuse_a_grid_in_one_line(kind):
 
 
 def test_rotary_needs_an_even_head_dim_and_heads_that_divide():
-    with pytest.raises(ConfigError, match="even head dimension.*d_model=24 / n_heads=8 = 3"):
+    with pytest.raises(ConfigError, match=r"^pos=rotary needs an even head dimension, but model\.net\.d_model=24 / model\.net\.n_heads=8 = 3$"):
         RotaryPositions(max_len=MAX_LEN, d_model=24, n_heads=8)
-    with pytest.raises(ConfigError, match="d_model divisible by n_heads"):
+    with pytest.raises(ConfigError, match=r"^model\.net\.d_model=30 is not divisible by model\.net\.n_heads=4"):
         ALiBiPositions(max_len=MAX_LEN, d_model=30, n_heads=4)
 
 

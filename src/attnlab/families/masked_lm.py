@@ -6,17 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..utils.validate import table_rules, unit_interval
+from ..tasks.masking import MaskingSettings
 from . import BLOCK_GROUPS, Family
 
 
-def _shares(flat: Mapping[str, Any]) -> str | None:
-    mask, random = flat.get("model.mask_share"), flat.get("model.random_share")
-    if isinstance(mask, (int, float)) and isinstance(random, (int, float)) and mask + random > 1:
-        return f"model.mask_share={mask} + model.random_share={random} is more than 1 (shares of the chosen tokens)"
-    if flat.get("model.mask_prob") == 0:
-        return "model.mask_prob=0: no token would be chosen to predict"
-    return None
+def _masking(flat: Mapping[str, Any]) -> list[str]:
+    """The masking settings' own checks (the task makes the same settings from its arguments)."""
+    return MaskingSettings.problems_in(flat)
 
 
 def batch_loss(net, gen):
@@ -40,8 +36,7 @@ FAMILY = Family(
     serves="train.py ckpt_path=... train=false",
     description="encoder-only masked language model (BERT): 15% of the tokens masked 80/10/10, predicted from both "
                 "sides",
-    rules=table_rules([(f"model.{k}", unit_interval) for k in ("mask_prob", "mask_share", "random_share")],
-                      [_shares]),
+    rules=_masking,
     batch_loss=batch_loss,
     explorer_input="text",
 )

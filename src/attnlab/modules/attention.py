@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from ..errors import ConfigError
 from .norm import RMSNorm
 from .positional import AttentionPositions
+from .settings import AttentionSettings
 
 
 class KVCache:
@@ -187,14 +188,10 @@ class MultiHeadAttention(nn.Module):
         positions: AttentionPositions | None = None,
     ):
         super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        # the attn group's values and their relation to the sizes: the same check and line as train.py's
+        settings = AttentionSettings(kv_heads=kv_heads, qk_norm=qk_norm, window=window, scaled=scaled)
+        head_dim = settings.check_sizes(d_model, n_heads)
         kv_heads = n_heads if kv_heads is None else kv_heads
-        if isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads < 1 or n_heads % kv_heads:
-            raise ConfigError(f"attn.kv_heads={kv_heads} must divide n_heads={n_heads} "
-                              f"(a positive divisor; {n_heads} is plain multi-head, 1 is multi-query)")
-        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
-            raise ConfigError(f"attn.window={window} must be a positive number of positions, or null (full attention)")
         if window is not None and kv_dim is not None:
             raise ConfigError(f"attn.window={window} applies to self-attention only; cross-attention sees the whole "
                               f"source (build cross-attention with window=None)")
@@ -203,7 +200,7 @@ class MultiHeadAttention(nn.Module):
                              f"this attention has n_heads={n_heads}")
         if positions is not None and kv_dim is not None:
             raise ValueError("attention-side positions (rotary, ALiBi) apply to self-attention only")
-        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, head_dim
         self.kv_heads, self.window = kv_heads, window
         kv_width = kv_heads * self.head_dim
         self.is_cross = kv_dim is not None

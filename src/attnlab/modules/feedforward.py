@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
-from ..errors import PartError
+from .settings import FeedForwardSettings
 
 
 def ffn_hidden_dim(dim: int, hidden_mult: float = 4.0, multiple_of: int = 8, gated: bool = False) -> int:
@@ -49,9 +49,10 @@ class FeedForward(nn.Module):
         dropout: float = 0.0,
     ):
         super().__init__()
-        if isinstance(activation, nn.Module) or not callable(activation):
-            raise PartError(f"ffn.activation must build one module per layer ({{_target_: torch.nn.GELU, _partial_: "
-                            f"true}}), got {activation!r}: one module would be shared by every layer")
+        # the ffn group's values: the same check and line as train.py's (a module object as the activation would be
+        # one module shared by every layer: refused there)
+        FeedForwardSettings(activation=activation, gated=gated, hidden_mult=hidden_mult, multiple_of=multiple_of,
+                            bias=bias)
         if bias is None:  # the references' choice: biases in the plain FFN, none in the GLU family
             bias = not gated
         hidden = ffn_hidden_dim(dim, hidden_mult, multiple_of, gated)

@@ -30,7 +30,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from ..choices import BALANCE
+from .settings import MoESettings
 
 
 class MixtureOfExperts(nn.Module):
@@ -44,10 +44,9 @@ class MixtureOfExperts(nn.Module):
         balance: str = "layer",
     ):
         super().__init__()
-        if not 1 <= top_k <= len(experts):
-            raise ValueError(f"moe top_k={top_k} must be between 1 and the number of experts ({len(experts)})")
-        if balance not in BALANCE:
-            raise ValueError(f"moe balance={balance!r} must be one of {', '.join(BALANCE)}")
+        # the moe group's values: the same check and line as train.py's
+        MoESettings(num_experts=len(experts), top_k=top_k, aux_loss_coef=aux_loss_coef, z_loss_coef=z_loss_coef,
+                    balance=balance)
         self.experts = nn.ModuleList(experts)
         self.router = nn.Linear(dim, len(experts), bias=False)
         self.top_k, self.aux_loss_coef, self.z_loss_coef = top_k, aux_loss_coef, z_loss_coef
@@ -122,6 +121,7 @@ def mixture_of_experts(
 ) -> MixtureOfExperts:
     """The ``moe=on`` part (conf/moe/on.yaml, ``_partial_: true``): ``num_experts`` experts, each made by
     ``expert()`` (the block builder passes the ``ffn`` group's feed-forward), behind one router."""
+    MoESettings(num_experts, top_k, aux_loss_coef, z_loss_coef, balance)  # before building num_experts experts
     return MixtureOfExperts(dim, [expert() for _ in range(num_experts)], top_k, aux_loss_coef, z_loss_coef, balance)
 
 

@@ -28,11 +28,11 @@ from hydra.errors import InstantiationException
 from torch import nn
 
 from ..allowed_targets import check_targets
-from ..choices import PLACEMENTS
 from ..errors import PartError
 from .attention import MultiHeadAttention
 from .feedforward import FeedForward
 from .positional import LearnedPositions
+from .settings import NormSettings
 
 
 
@@ -80,10 +80,7 @@ class Norm:
     placement: str = "pre"
 
     def __post_init__(self):
-        if self.placement not in PLACEMENTS:
-            raise PartError(f"norm.placement={self.placement}: choose one of {', '.join(PLACEMENTS)}")
-        if not callable(self.layer):
-            raise PartError(f"norm.layer must build a layer from its width, got {type(self.layer).__name__}")
+        NormSettings(layer=self.layer, placement=self.placement)  # train.py's check and line
 
     @property
     def pre(self) -> bool:
@@ -107,10 +104,8 @@ def resolve_norm(norm: Any) -> Norm:
         return norm
     if not isinstance(norm, Mapping) or "layer" not in norm:
         raise PartError(f"norm must be {{placement: pre|post, layer: ...}} (conf/norm/*.yaml), got {norm!r}")
-    extra = sorted(set(norm) - {"placement", "layer"})
-    if extra:
-        raise PartError(f"norm: unknown key(s) {extra}; a norm part has placement and layer")
-    return Norm(_instantiate("norm.layer", norm["layer"]), norm.get("placement", "pre"))
+    settings = NormSettings.from_config(norm)  # its keys and values, before the layer is built
+    return Norm(_instantiate("norm.layer", norm["layer"]), settings.placement)
 
 
 def resolve_part(group: str, part: Any, default: Any) -> Any:

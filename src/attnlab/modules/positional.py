@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
+from .settings import PositionSettings
 
 
 def sinusoidal_table(max_len: int, dim: int) -> Tensor:
@@ -119,6 +120,7 @@ class LearnedPositions(_TablePositions):
 
     def __init__(self, max_len: int, d_model: int, n_heads: int | None = None, *,
                  grid: tuple[int, int] | None = None, init_std: float = 0.02):
+        PositionSettings(kind="learned", init_std=init_std)
         super().__init__(max_len, d_model, n_heads, grid=grid)
         self.table = nn.Parameter(torch.randn(max_len, d_model) * init_std)
 
@@ -199,29 +201,15 @@ class ALiBi(AttentionPositions):
         return bias.to(dtype) if dtype is not None else bias
 
 
-def _no_grid(kind: str, grid) -> None:
-    if grid is not None:
-        raise ConfigError(f"pos={kind} is a 1-D sequence position; patches sit on a 2-D grid: "
-                          f"use learned, sinusoidal or none")
-
-
-def _head_dim(kind: str, d_model: int, n_heads: int | None) -> int:
-    if not n_heads or n_heads < 1 or d_model % n_heads:
-        raise ConfigError(f"pos={kind} needs d_model divisible by n_heads, got d_model={d_model}, n_heads={n_heads}")
-    return d_model // n_heads
-
-
 class RotaryPositions(Positions):
     """RoPE: nothing added to the embeddings; every self-attention layer rotates q and k (one shared table)."""
 
     def __init__(self, max_len: int, d_model: int, n_heads: int, base: float = 10000.0, *,
                  grid: tuple[int, int] | None = None):
-        _no_grid("rotary", grid)
+        settings = PositionSettings(kind="rotary", base=base)  # train.py's check and line (as are those below)
+        settings.check_grid(grid)
         super().__init__(max_len, d_model, n_heads)
-        head_dim = _head_dim("rotary", d_model, n_heads)
-        if head_dim % 2:
-            raise ConfigError(f"pos=rotary needs an even head dimension, but d_model={d_model} / n_heads={n_heads} "
-                              f"= {head_dim}; change d_model or n_heads")
+        head_dim = settings.check_sizes(d_model, n_heads)
         self.rotary = RotaryEmbedding(head_dim, max_len, base)
 
     @property
@@ -233,9 +221,10 @@ class ALiBiPositions(Positions):
     """ALiBi: nothing added to the embeddings; every self-attention layer adds the per-head distance penalty."""
 
     def __init__(self, max_len: int, d_model: int, n_heads: int, *, grid: tuple[int, int] | None = None):
-        _no_grid("alibi", grid)
+        settings = PositionSettings(kind="alibi")
+        settings.check_grid(grid)
         super().__init__(max_len, d_model, n_heads)
-        _head_dim("alibi", d_model, n_heads)
+        settings.check_sizes(d_model, n_heads)
         self.alibi = ALiBi(n_heads)
 
     @property

@@ -16,6 +16,7 @@ from torchmetrics import MeanMetric
 
 from ..data.tokenizer import SPECIAL_TOKENS
 from .base import Task
+from .masking import MaskingSettings
 from .protocols import StepOutput
 from .text import TextTask
 
@@ -43,10 +44,9 @@ class MaskedLMTask(TextTask, Task):
 
     def __init__(self, net, optimizer=None, scheduler=None, compile: bool = False, mask_prob: float = 0.15,
                  mask_share: float = 0.8, random_share: float = 0.1):
+        # train.py's check and line (the masked_lm family's rules make the same settings), before the net is built
+        MaskingSettings(mask_prob=mask_prob, mask_share=mask_share, random_share=random_share)
         super().__init__(net, optimizer, scheduler, compile)
-        if not (0 < mask_prob <= 1 and 0 <= mask_share and 0 <= random_share and mask_share + random_share <= 1):
-            raise ValueError(f"mask_prob must be in (0, 1] and mask_share + random_share <= 1, got {mask_prob}, "
-                             f"{mask_share}, {random_share}")
         self.masking = dict(mask_prob=mask_prob, mask_share=mask_share, random_share=random_share)
         self.val_nll, self.test_nll, self.val_acc, self.test_acc = MeanMetric(), MeanMetric(), MeanMetric(), MeanMetric()
 

@@ -4,22 +4,25 @@ allowed, instead of a torch error that never names the key (``model.net.d_model=
 
 :func:`validate_config` reads two tables:
 
-* ``RULES``: (key pattern, check) for single values. ``*`` matches within one dotted part
+* ``RULES``: (key pattern, check) for the run's single values. ``*`` matches within one dotted part
   (``model.decoding.*.beam_size`` covers ``val`` and ``test``). A key the chosen model or data set does not have is
   skipped, so one table serves every model family (conf/model/*.yaml).
-* ``RELATIONS``: checks between values (d_model divisible by n_heads, top_k <= num_experts, ...), each skipped
-  unless its keys are there.
+* ``RELATIONS``: checks between values of different places (the data's vocabulary and the byte-level BPE, a CUDA
+  GPU for trainer=gpu), each skipped unless its keys are there.
+
+The block groups (``norm``, ``ffn``, ``moe``, ``attn``, ``pos``) are not in these tables: each group's values are
+checked by its typed settings (:mod:`attnlab.modules.settings`), which the parts build from their arguments too, so
+each rule is written once; here they are made from the resolved groups a model is built from
+(:func:`~attnlab.utils.config.used_groups`; ``moe`` only when the mixture is on), and their relations to the net's
+sizes (:func:`_part_relations`) run with the other relations. A key a group's settings do not declare is refused.
 
 A family's own values (the RNN's ``model.cell``, the ViT's patch size) are checked by the rules its declaration in
 :mod:`attnlab.families` carries (built with :func:`table_rules`), for the family the config builds only.
 
-The block groups (``norm``, ``ffn``, ``moe``, ``attn``, ``pos``) are checked under their own names (``moe.top_k``,
-what the user types) and only for a model built from them (:func:`~attnlab.utils.config.used_groups`); ``moe.*``
-only when the mixture is on. The ``optim`` and ``sched`` groups are checked for the values they set themselves
-(``optim.momentum``); the ones they read from the model's ``model.optimizer`` / ``model.scheduler`` are checked there,
-and a command-line value there that the chosen option does not read is refused (:func:`unread_problems`). Which
-class a group option builds is Hydra's business (an unknown option is its one line); the numbers it is given are
-checked here.
+The ``optim`` and ``sched`` groups are checked for the values they set themselves (``optim.momentum``); the ones they
+read from the model's ``model.optimizer`` / ``model.scheduler`` are checked there, and a command-line value there
+that the chosen option does not read is refused (:func:`unread_problems`). Which class a group option builds is
+Hydra's business (an unknown option is its one line); the numbers it is given are checked here.
 """
 
 from __future__ import annotations
@@ -34,33 +37,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
-from ..choices import BALANCE, PROGRESS_STYLES, SCHEDULES, TARGET_LANGS
+from ..choices import PROGRESS_STYLES, SCHEDULES, TARGET_LANGS
+from ..errors import ConfigError, SettingError
 from ..families import for_config
-from ..errors import ConfigError
+from ..modules.settings import PART_SETTINGS, Settings
+from ..value_checks import (Check, boolean, is_int as _is_int, is_number as _is_number, non_negative_int,
+                            non_negative_number, one_of, optional, positive_int, positive_number, probability, show,
+                            unit_interval)
 from .config import BLOCK_GROUPS, flatten, used_groups
-
-# A check returns None for a good value, else what is allowed ("must be a positive integer").
-Check = Callable[[Any], "str | None"]
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
-
-
-def positive_int(v: Any) -> str | None:
-    return None if _is_int(v) and v >= 1 else "must be a positive integer"
-
-
-def non_negative_int(v: Any) -> str | None:
-    return None if _is_int(v) and v >= 0 else "must be an integer >= 0"
-
-
-def positive_number(v: Any) -> str | None:
-    return None if _is_number(v) and v > 0 else "must be a number > 0"
 
 
 def learning_rate(v: Any) -> str | None:
@@ -97,10 +81,6 @@ SEED_MAX = 2**32 - 1
 
 def seed(v: Any) -> str | None:
     return None if _is_int(v) and 0 <= v <= SEED_MAX else f"must be an integer from 0 to {SEED_MAX}"
-
-
-def boolean(v: Any) -> str | None:
-    return None if isinstance(v, bool) else "must be true or false"
 
 
 # characters W&B refuses in a project name (wandb.sdk.lib.runid / the server's check)
@@ -152,49 +132,9 @@ def optional_path(v: Any) -> str | None:
     return None if v is None else path_text(v)
 
 
-def non_negative_number(v: Any) -> str | None:
-    return None if _is_number(v) and v >= 0 else "must be a number >= 0"
-
-
-def probability(v: Any) -> str | None:
-    """A dropout rate: 1 would drop everything."""
-    return None if _is_number(v) and 0 <= v < 1 else "must be a number in [0, 1)"
-
-
-def unit_interval(v: Any) -> str | None:
-    return None if _is_number(v) and 0 <= v <= 1 else "must be a number in [0, 1]"
-
-
 def adam_betas(v: Any) -> str | None:
     ok = isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_number(b) and 0 <= b < 1 for b in v)
     return None if ok else "must be two numbers in [0, 1), e.g. [0.9, 0.98]"
-
-
-def one_of(choices) -> Check:
-    """A name from the code's own list (so the table cannot drift from what the model accepts)."""
-    allowed = tuple(choices)
-
-    def check(v: Any) -> str | None:
-        return None if v in allowed else f"choose one of {', '.join(map(str, allowed))}"
-
-    return check
-
-
-def optional(check: Check) -> Check:
-    """``check``, or null (the model's default, e.g. n_encoder_layers=null: n_layers)."""
-
-    def nullable(v: Any) -> str | None:
-        problem = check(v) if v is not None else None
-        return problem and f"{problem} (or null)"
-
-    return nullable
-
-
-def _options(group: str) -> list[str]:
-    """The options of a config group, read from conf/ (a new YAML is a new choice everywhere it is named)."""
-    from ..paths import CONF_DIR
-
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
 RULES: list[tuple[str, Check]] = [
@@ -282,21 +222,6 @@ RULES: list[tuple[str, Check]] = [
     ("trainer.precision", one_of(PRECISIONS)),
     ("trainer.max_epochs", optional(int_at_least(-1))),  # -1: no limit (Lightning's convention)
     ("trainer.max_steps", optional(int_at_least(-1))),
-    # block groups (checked only for a model built from them)
-    # parts given as one value where a config is needed (`ffn.activation=tanh`); a config is flattened away
-    ("norm.layer", lambda v: "must be a layer config such as {_target_: torch.nn.LayerNorm, _partial_: true}"),
-    ("ffn.activation", lambda v: "must be a module config such as {_target_: torch.nn.GELU, _partial_: true} (or choose "
-                                 f"ffn={'|'.join(_options('ffn'))})"),
-    ("norm.layer.eps", positive_number),
-    ("ffn.hidden_mult", positive_number),
-    ("ffn.multiple_of", positive_int),
-    ("moe.num_experts", positive_int),
-    ("moe.top_k", positive_int),
-    ("moe.aux_loss_coef", non_negative_number),
-    ("moe.z_loss_coef", non_negative_number),
-    ("moe.balance", one_of(BALANCE)),
-    ("attn.kv_heads", optional(positive_int)),
-    ("attn.window", optional(positive_int)),
 ]
 
 
@@ -313,30 +238,10 @@ def divisible(a: str, b: str, why: str) -> Callable[[Mapping[str, Any]], str | N
 def same(a: str, b: str, why: str) -> Callable[[Mapping[str, Any]], str | None]:
     def check(flat: Mapping[str, Any]) -> str | None:
         if a in flat and b in flat and flat[a] != flat[b]:
-            return f"{a}={_show(flat[a])} but {b}={_show(flat[b])}: {why}"
+            return f"{a}={show(flat[a])} but {b}={show(flat[b])}: {why}"
         return None
 
     return check
-
-
-def _heads(flat: Mapping[str, Any]) -> str | None:
-    if "attn._target_" not in flat:  # a net not built from the attention group (the RNNs, the classifier's CNN)
-        return None
-    return divisible("model.net.d_model", "model.net.n_heads", "each head gets d_model / n_heads dimensions")(flat)
-
-
-def _kv_heads(flat: Mapping[str, Any]) -> str | None:
-    if flat.get("attn.kv_heads") is None:
-        return None
-    return divisible("model.net.n_heads", "attn.kv_heads",
-                      "grouped-query attention shares each key/value head among n_heads / kv_heads query heads")(flat)
-
-
-def _top_k(flat: Mapping[str, Any]) -> str | None:
-    k, n = flat.get("moe.top_k"), flat.get("moe.num_experts")
-    if _is_int(k) and _is_int(n) and k > n:
-        return f"moe.top_k={k} is more than moe.num_experts={n}: each token picks top_k of the experts"
-    return None
 
 
 def _gpu_present(flat: Mapping[str, Any]) -> str | None:
@@ -345,14 +250,6 @@ def _gpu_present(flat: Mapping[str, Any]) -> str | None:
     if accelerator in ("gpu", "cuda") and not _has_cuda():
         return (f"trainer.accelerator={accelerator} but this machine has no CUDA GPU (torch.cuda.is_available() "
                 f"is False): use trainer=cpu, or trainer=ddp_cpu for DDP with 2 processes on CPU")
-    return None
-
-
-def _rotary_head_dim(flat: Mapping[str, Any]) -> str | None:
-    d, h = flat.get("model.net.d_model"), flat.get("model.net.n_heads")
-    if str(flat.get("pos._target_", "")).endswith("RotaryPositions") and _is_int(d) and _is_int(h) and h > 0 and d % h == 0 and (d // h) % 2:
-        return (f"pos=rotary needs an even head dimension, but model.net.d_model={d} / model.net.n_heads={h} = "
-                f"{d // h}")
     return None
 
 
@@ -367,24 +264,36 @@ def _bpe_vocab(flat: Mapping[str, Any]) -> str | None:
 
 
 RELATIONS: list[Callable[[Mapping[str, Any]], str | None]] = [
-    _heads,
-    _top_k,
-    _kv_heads,
     _bpe_vocab,
-    _rotary_head_dim,
     _gpu_present,
 ]
 
 
-def _show(v: Any) -> str:
-    """A value as the user would type it on the command line."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_show(x) for x in v) + "]"
-    return str(v)
+def _part_settings(resolved: Mapping[str, Any], groups: Sequence[str]) -> tuple[dict[str, Settings], list[str]]:
+    """(the typed settings of each block group the model is built from, the problems of those that refuse their
+    values or keys); moe=off (``{}``) has none: the feed-forward stays dense."""
+    built: dict[str, Settings] = {}
+    problems: list[str] = []
+    for group in groups:
+        node = resolved.get(group)
+        if group not in PART_SETTINGS or not isinstance(node, Mapping) or (group == "moe" and not node):
+            continue
+        try:
+            built[group] = PART_SETTINGS[group].from_config(node)
+        except SettingError as e:
+            problems.append(str(e))
+    return built, problems
+
+
+def _part_relations(flat: Mapping[str, Any], parts: Mapping[str, Settings]) -> list[str]:
+    """The parts' relations to the net's sizes (kv_heads divides n_heads, rotary's even head width, ...): the
+    settings' own methods, which the parts call when built; a problem two parts share is said once."""
+    d_model, n_heads = flat.get("model.net.d_model"), flat.get("model.net.n_heads")
+    found: list[str] = []
+    if _is_int(d_model) and _is_int(n_heads):  # (a net without heads, the RNNs: no such relation)
+        for settings in parts.values():
+            found += [p for p in settings.size_problems(d_model, n_heads) if p not in found]
+    return found
 
 
 def _pattern(glob: str) -> re.Pattern:
@@ -401,16 +310,12 @@ TOP_KEYS = ("seed", "task_name", "experiment_name", "tags", "train", "test", "co
 _COMPILED = [(_pattern(glob), check) for glob, check in RULES]
 
 
-def _checked_values(cfg: DictConfig, resolved: dict | None = None, narrow: bool = True) -> dict[str, Any]:
+def _checked_values(cfg: DictConfig, resolved: dict, groups: Sequence[str]) -> dict[str, Any]:
     """The flattened, resolved values the rules look at: the run's top-level keys, model, data, trainer, paths,
-    logger, callbacks, and the block groups the model is built from (``model.net.moe`` etc. are those groups
-    interpolated; they are checked under the group's name). ``resolved``: the whole config already resolved.
-    ``narrow``: only the groups the model reads in this setting (:func:`~attnlab.utils.config.used_groups`)."""
-    if resolved is None:
-        resolved = OmegaConf.to_container(cfg, resolve=True)
+    logger, callbacks, and the block ``groups`` the model is built from (``model.net.moe`` etc. are those groups
+    interpolated; they are read under the group's name). ``resolved``: the whole config resolved."""
     view: dict[str, Any] = {k: resolved[k] for k in TOP_KEYS if k in resolved}
-    net = resolved["model"].get("net") if isinstance(resolved.get("model"), dict) else None
-    for key in ("model", "data", "trainer", "paths", "logger", "callbacks", *used_groups(cfg, narrow, net)):
+    for key in ("model", "data", "trainer", "paths", "logger", "callbacks", *groups):
         node = resolved.get(key)
         if isinstance(node, dict) and (len(node) or key not in BLOCK_GROUPS):  # moe=off is {}
             view[key] = node
@@ -419,7 +324,7 @@ def _checked_values(cfg: DictConfig, resolved: dict | None = None, narrow: bool 
         if isinstance(node, DictConfig) and isinstance(resolved.get(key), dict):
             view[key] = {k: v for k, v in resolved[key].items() if not OmegaConf.is_interpolation(node, k)}
     net = (view.get("model") or {}).get("net")
-    if isinstance(net, dict):  # a copy without the interpolated groups (checked under their own names above)
+    if isinstance(net, dict):  # a copy without the interpolated groups (read under their own names above)
         view["model"] = {**view["model"], "net": {k: v for k, v in net.items() if k not in BLOCK_GROUPS}}
     return flatten(view)
 
@@ -492,13 +397,16 @@ def _resolved_problems(cfg: DictConfig) -> tuple[list[str], dict | None]:
         resolved = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as e:  # a key that does not exist, a loop, an unset environment variable
         return [interpolation_message(e)], None
-    flat = _checked_values(cfg, resolved)
-    problems = _value_problems(flat, _COMPILED)
+    net = resolved["model"].get("net") if isinstance(resolved.get("model"), dict) else None
+    groups = used_groups(cfg, True, net)
+    flat = _checked_values(cfg, resolved, groups)
+    parts, part_problems = _part_settings(resolved, groups)
+    problems = _value_problems(flat, _COMPILED) + part_problems
     family = for_config(cfg)
     if not problems and family is not None:
         problems = family.rules(flat)
     if not problems:  # relations assume the single values are sane
-        problems = [p for relation in RELATIONS if (p := relation(flat))]
+        problems = _part_relations(flat, parts) + [p for relation in RELATIONS if (p := relation(flat))]
     return problems, resolved
 
 
@@ -516,7 +424,7 @@ def _value_problems(flat: Mapping[str, Any], compiled: Sequence[tuple[re.Pattern
             if pattern.match(key):
                 problem = check(value)
                 if problem:
-                    problems.append(f"{key}={_show(value)}: {problem}")
+                    problems.append(f"{key}={show(value)}: {problem}")
                 break
     return problems
 
