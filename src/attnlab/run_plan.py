@@ -25,7 +25,7 @@ from .log_file import raise_if_failed
 from .run_build import task_arguments
 from .utils.config import auto_tags, check_block_groups, print_config_tree, used_groups
 from .utils.sweep import WANDB_TAG_MAX, setting_name, setting_overrides
-from .utils.validate import validate_config
+from .utils.validate import memory_check, validate_config
 
 if TYPE_CHECKING:
     from .checkpoints import TrustedCheckpoint
@@ -83,11 +83,12 @@ def preflight(cfg: DictConfig, overrides: Sequence[str], run_dir: Path) -> RunPl
     raise_if_failed()  # Hydra's first lines into train.log found the disk full
     # bad values (n_heads=0, seed=-1, task_name=nan, an unset ${oc.env:...}, +attn.foo=1, a model too big to fit):
     # one line naming the key, before anything is built or torch imported
-    resolved = validate_config(cfg, overrides)
+    resolved = validate_config(cfg, overrides, memory=False)
     check_block_groups(cfg, overrides, resolved["model"].get("net"))
     from .data.preflight import check_data
 
-    check_data(resolved["data"], cfg.model.get("name"))  # every data file read, before Lightning (data/preflight.py)
+    check_data(resolved["data"], cfg.model.get("name"))  # every data file read, before torch (data/preflight.py)
+    memory_check(cfg, resolved)  # (imports torch: after the cheaper refusals)
     notes: list[str] = []
     checkpoint = None
     if cfg.get("resume"):

@@ -447,24 +447,32 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def validate_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict:
+def validate_config(cfg: DictConfig, overrides: Sequence[str] = (), memory: bool = True) -> dict:
     """Raise :class:`ConfigError` naming every bad value (on one line, ``; ``-separated) before anything is built;
     then the parts that ``+``/``++``/``~`` overrides (the command line's, ``overrides``) changed, and the writable
     places the run needs (the data cache). Returns the whole config resolved (plain containers): resolved once
-    here, the checks and train.py read it."""
+    here, the checks and train.py read it. ``memory=False``: without the model-size check (:func:`memory_check`),
+    which imports torch: train.py runs it after the data files are read."""
     problems, resolved = _resolved_problems(cfg)
     if not problems:
         overrides = _as_typed(overrides)
         problems = new_key_problems(overrides) + override_problems(cfg, overrides) + \
             unread_problems(cfg, overrides) + cache_problems(cfg) + logger_problems(cfg)
-    if not problems:
-        from .model_memory import memory_problem
-
-        net = resolved["model"].get("net") if isinstance(resolved.get("model"), dict) else None
-        problems = [p for p in [memory_problem(cfg, net)] if p]
     if problems:
         raise ConfigError("; ".join(problems))
+    if memory:
+        memory_check(cfg, resolved)
     return resolved
+
+
+def memory_check(cfg: DictConfig, resolved: dict) -> None:
+    """A model too big for this machine's memory: one line (the net is built on torch's meta device)."""
+    from .model_memory import memory_problem
+
+    net = resolved["model"].get("net") if isinstance(resolved.get("model"), dict) else None
+    problem = memory_problem(cfg, net)
+    if problem:
+        raise ConfigError(problem)
 
 
 def _as_typed(overrides: Sequence[str]) -> list[str]:
