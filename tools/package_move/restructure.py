@@ -180,7 +180,7 @@ def rewrite_strings(text: str, keep_dash_m: bool = True) -> str:
 def main() -> None:
     # 1. rewrite every python file's imports (src: relative, others: absolute as written)
     for path in sorted(ROOT.rglob("*.py")):
-        if any(p in path.parts for p in (".git", "__pycache__", "outputs", ".whl", "build")):
+        if any(p in path.parts for p in (".git", "__pycache__", "outputs", ".whl", "build", "tools")):
             continue
         text = path.read_text(encoding="utf-8")
         in_pkg = PKG in path.parents
