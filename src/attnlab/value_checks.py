@@ -10,7 +10,8 @@ test_settings.py) and a new kind cannot arrive without them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,3 +142,52 @@ def show(v: Any) -> str:
     if isinstance(v, Mapping):
         return "{" + ", ".join(f"{k}: {show(x)}" for k, x in v.items()) + "}"
     return str(v)
+
+
+# a family's rules: a table of key patterns and checks, and relations between keys
+def divisible(a: str, b: str, why: str) -> Callable[[Mapping[str, Any]], str | None]:
+    def check(flat: Mapping[str, Any]) -> str | None:
+        x, y = flat.get(a), flat.get(b)
+        if is_int(x) and is_int(y) and y > 0 and x % y:
+            return f"{a}={x} is not divisible by {b}={y} ({why})"
+        return None
+
+    return check
+
+
+def same(a: str, b: str, why: str) -> Callable[[Mapping[str, Any]], str | None]:
+    def check(flat: Mapping[str, Any]) -> str | None:
+        if a in flat and b in flat and flat[a] != flat[b]:
+            return f"{a}={show(flat[a])} but {b}={show(flat[b])}: {why}"
+        return None
+
+    return check
+
+
+def key_pattern(glob: str) -> re.Pattern:
+    return re.compile("[^.]*".join(re.escape(part) for part in glob.split("*")) + r"\Z")
+
+
+def value_problems(flat: Mapping[str, Any], compiled: Sequence[tuple[re.Pattern, Check]]) -> list[str]:
+    """``key=value: what is allowed`` for each value of ``flat`` whose first matching rule refuses it."""
+    problems = []
+    for key, value in flat.items():
+        for pattern, check in compiled:
+            if pattern.match(key):
+                problem = check(value)
+                if problem:
+                    problems.append(f"{key}={show(value)}: {problem}")
+                break
+    return problems
+
+
+def table_rules(rules: Sequence[tuple[str, Check]] = (),
+                relations: Sequence[Callable[[Mapping[str, Any]], str | None]] = ()):
+    """A family's config rules (:attr:`attnlab.families.Family.rules`) from a table like :data:`attnlab.utils.validate.RULES` (key
+    pattern, check) and relations like :data:`attnlab.utils.validate.RELATIONS`; the relations run once the single values pass."""
+    compiled = [(key_pattern(glob), check) for glob, check in rules]
+
+    def family_rules(flat: Mapping[str, Any]) -> list[str]:
+        return value_problems(flat, compiled) or [p for relation in relations if (p := relation(flat))]
+
+    return family_rules

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..choices import RNN_ATTENTIONS as ATTENTIONS, RNN_CELLS as CELLS
-from ..utils.validate import one_of, positive_int, table_rules
+from ..value_checks import one_of, positive_int, table_rules
 from . import Family
 from .transformer_mt import TINY_NUMBERS
 

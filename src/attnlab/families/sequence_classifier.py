@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..choices import ENCODERS
-from ..utils.validate import one_of, positive_int, table_rules
+from ..value_checks import one_of, positive_int, table_rules
 from . import BLOCK_GROUPS, Family
 
 

@@ -41,9 +41,9 @@ from ..choices import PROGRESS_STYLES, SCHEDULES, TARGET_LANGS
 from ..errors import ConfigError, SettingError
 from ..families import for_config
 from ..modules.settings import PART_SETTINGS, Settings
-from ..value_checks import (Check, boolean, is_int as _is_int, is_number as _is_number, non_negative_int,
-                            non_negative_number, one_of, optional, positive_int, positive_number, probability, show,
-                            unit_interval)
+from ..value_checks import (Check, boolean, is_int as _is_int, is_number as _is_number, key_pattern, non_negative_int,
+                            non_negative_number, one_of, optional, positive_int, positive_number, probability,
+                            unit_interval, value_problems)
 from .config import BLOCK_GROUPS, flatten, used_groups
 
 
@@ -225,25 +225,6 @@ RULES: list[tuple[str, Check]] = [
 ]
 
 
-def divisible(a: str, b: str, why: str) -> Callable[[Mapping[str, Any]], str | None]:
-    def check(flat: Mapping[str, Any]) -> str | None:
-        x, y = flat.get(a), flat.get(b)
-        if _is_int(x) and _is_int(y) and y > 0 and x % y:
-            return f"{a}={x} is not divisible by {b}={y} ({why})"
-        return None
-
-    return check
-
-
-def same(a: str, b: str, why: str) -> Callable[[Mapping[str, Any]], str | None]:
-    def check(flat: Mapping[str, Any]) -> str | None:
-        if a in flat and b in flat and flat[a] != flat[b]:
-            return f"{a}={show(flat[a])} but {b}={show(flat[b])}: {why}"
-        return None
-
-    return check
-
-
 def _gpu_present(flat: Mapping[str, Any]) -> str | None:
     """trainer=gpu/ddp/fsdp on a machine without CUDA: Lightning's answer is a 4-line instantiate traceback."""
     accelerator = flat.get("trainer.accelerator")
@@ -296,10 +277,6 @@ def _part_relations(flat: Mapping[str, Any], parts: Mapping[str, Settings]) -> l
     return found
 
 
-def _pattern(glob: str) -> re.Pattern:
-    return re.compile("[^.]*".join(re.escape(part) for part in glob.split("*")) + r"\Z")
-
-
 # the optimizer and LR-schedule groups, and the model's tuned values (its conf/model file) their options read
 OPTIMIZATION_GROUPS = {"optim": "model.optimizer", "sched": "model.scheduler"}
 
@@ -307,7 +284,7 @@ OPTIMIZATION_GROUPS = {"optim": "model.optimizer", "sched": "model.scheduler"}
 TOP_KEYS = ("seed", "task_name", "experiment_name", "tags", "train", "test", "compile", "threads", "ckpt_path",
             "resume", "optimized_metric")
 
-_COMPILED = [(_pattern(glob), check) for glob, check in RULES]
+_COMPILED = [(key_pattern(glob), check) for glob, check in RULES]
 
 
 def _checked_values(cfg: DictConfig, resolved: dict, groups: Sequence[str]) -> dict[str, Any]:
@@ -401,7 +378,7 @@ def _resolved_problems(cfg: DictConfig) -> tuple[list[str], dict | None]:
     groups = used_groups(cfg, True, net)
     flat = _checked_values(cfg, resolved, groups)
     parts, part_problems = _part_settings(resolved, groups)
-    problems = _value_problems(flat, _COMPILED) + part_problems
+    problems = value_problems(flat, _COMPILED) + part_problems
     family = for_config(cfg)
     if not problems and family is not None:
         problems = family.rules(flat)
@@ -413,32 +390,7 @@ def _resolved_problems(cfg: DictConfig) -> tuple[list[str], dict | None]:
 def model_value_problems(model: Mapping[str, Any]) -> list[str]:
     """The single-value rules of a model config read from a file (a checkpoint's ``hyper_parameters``), as the run's
     config is checked: ``model.net.n_heads='many': must be a positive integer``."""
-    return _value_problems(flatten({"model": dict(model)}), _COMPILED)
-
-
-def _value_problems(flat: Mapping[str, Any], compiled: Sequence[tuple[re.Pattern, Check]]) -> list[str]:
-    """``key=value: what is allowed`` for each value of ``flat`` whose first matching rule refuses it."""
-    problems = []
-    for key, value in flat.items():
-        for pattern, check in compiled:
-            if pattern.match(key):
-                problem = check(value)
-                if problem:
-                    problems.append(f"{key}={show(value)}: {problem}")
-                break
-    return problems
-
-
-def table_rules(rules: Sequence[tuple[str, Check]] = (),
-                relations: Sequence[Callable[[Mapping[str, Any]], str | None]] = ()):
-    """A family's config rules (:attr:`attnlab.families.Family.rules`) from a table like :data:`RULES` (key
-    pattern, check) and relations like :data:`RELATIONS`; the relations run once the single values pass."""
-    compiled = [(_pattern(glob), check) for glob, check in rules]
-
-    def family_rules(flat: Mapping[str, Any]) -> list[str]:
-        return _value_problems(flat, compiled) or [p for relation in relations if (p := relation(flat))]
-
-    return family_rules
+    return value_problems(flatten({"model": dict(model)}), _COMPILED)
 
 
 def _has_cuda() -> bool:
