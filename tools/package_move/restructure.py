@@ -33,7 +33,7 @@ MAP = {  # old module (relative to attnlab) -> new
     "run_build": "runs.build", "run_outcome": "runs.outcome", "ddp": "runs.ddp", "utils.sweep": "runs.sweep",
     "utils.run_summary": "runs.summary", "utils.console": "runs.console", "utils.config": "runs.config_tree",
     "utils.threads": "runs.threads", "utils.hardware": "runs.hardware", "utils.model_memory": "runs.model_memory",
-    "utils.validate": "runs.validate", "checkpoint_read": "checkpoints.read", "checkpoints": "runs.load",
+    "utils.validate": "runs.validate", "data.preflight": "runs.data_check", "checkpoint_read": "checkpoints.read", "checkpoints": "runs.load",
     # cli: the entry points, their input and Hydra's errors
     "train": "cli.train", "translate": "cli.translate", "generate": "cli.generate", "synthesize": "cli.synthesize",
     "explore": "cli.explore", "compare": "cli.compare", "workspace": "cli.workspace", "cli_input": "cli.input",
@@ -98,6 +98,14 @@ def rewrite_imports(text: str, old_mod: str, new_mod: str, is_pkg: bool, relativ
     new_pkg = (new_mod.split(".") if new_mod else []) if is_pkg else new_mod.split(".")[:-1]
     edits = []  # (start line idx, end line idx, new text)
     for node in ast.walk(tree):
+        if isinstance(node, ast.Import):  # import attnlab.x.y [as z]
+            names = [(a.name, a.asname) for a in node.names]
+            if any(n == "attnlab" or n.startswith("attnlab.") for n, _ in names):
+                indent = re.match(r"\s*", lines[node.lineno - 1]).group(0)
+                spelled = ", ".join(("attnlab." + new_name(n.removeprefix("attnlab.")) if n.startswith("attnlab.") else n)
+                                    + (f" as {a}" if a else "") for n, a in names)
+                edits.append((node.lineno - 1, node.end_lineno - 1, f"{indent}import {spelled}\n"))
+            continue
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = old_pkg[: len(old_pkg) - (node.level - 1)]
