@@ -88,7 +88,6 @@ def preflight(cfg: DictConfig, overrides: Sequence[str], run_dir: Path) -> RunPl
     from .data.preflight import check_data
 
     check_data(resolved["data"], cfg.model.get("name"))  # every data file read, before torch (data/preflight.py)
-    memory_check(cfg, resolved)  # (imports torch: after the cheaper refusals)
     notes: list[str] = []
     checkpoint = None
     if cfg.get("resume"):
@@ -103,6 +102,7 @@ def preflight(cfg: DictConfig, overrides: Sequence[str], run_dir: Path) -> RunPl
         # a new run from the checkpoint's training state trains on its data (resume=: checked by the folder guard)
         resume.check_checkpoint_data(checkpoint.contents, checkpoint.path, cfg.data)
         resume.check_left_to_train(checkpoint.contents, checkpoint.path, cfg.trainer)
+    memory_check(cfg, resolved)  # (builds the net on torch's meta device: after the cheaper refusals)
     from .utils.hardware import slow_bf16_warning
 
     slow = slow_bf16_warning(cfg.trainer.get("precision"), cfg.trainer.get("accelerator", "auto"))
