@@ -46,6 +46,7 @@ import torch
 
 from .allowed_targets import check_targets, check_task_class
 from .errors import CheckpointError, DamagedCheckpointError, UnsafeCheckpointError, UserError
+from .folder_paths import names_a_local_checkpoint
 from .state_fit import check_fits
 
 # Types the safe unpickler may build beyond tensors and plain containers. Empty: attnlab's checkpoints need none.
@@ -55,8 +56,6 @@ SAFE_GLOBALS: list[type] = []
 # train.py, which imports this module) accept the same types as read_checkpoint.
 torch.serialization.add_safe_globals(SAFE_GLOBALS)
 
-# Lightning's own names for a checkpoint (trainer.fit/test(ckpt_path="last"|"best"|...)): not files to check here
-LIGHTNING_CKPT_NAMES = ("last", "best", "hpc")
 
 
 def _load(path: Path, map_location: Any) -> Any:
@@ -218,7 +217,7 @@ def verified(ckpt_path: str | Path | None) -> str | Path | None:
     """``ckpt_path`` unchanged once it is known to load with ``weights_only=True``; for ``trainer.test(
     ckpt_path=verified(...), weights_only=True)`` of a checkpoint the run wrote itself, so that an unsafe or broken
     file is one line, not Lightning's traceback."""
-    if ckpt_path is None or str(ckpt_path) in LIGHTNING_CKPT_NAMES or "://" in str(ckpt_path):
+    if not names_a_local_checkpoint(ckpt_path):
         return ckpt_path
     read_trusted(ckpt_path)
     return ckpt_path
@@ -338,7 +337,7 @@ def for_training(path: str | Path | None, model_cfg: Any, option: str) -> Truste
     one line otherwise. Needs no model, so it runs before Lightning is imported; whether the weights fit is checked
     once the model is built (:meth:`TrustedCheckpoint.check_fits`). None for a name Lightning resolves itself
     (``last``, a URL)."""
-    if path is None or str(path) in LIGHTNING_CKPT_NAMES or "://" in str(path):
+    if not names_a_local_checkpoint(path):
         return None
     trusted = read_trusted(path, option)
     path, ckpt = trusted.path, trusted.contents

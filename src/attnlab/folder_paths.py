@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from .errors import FolderError
 
@@ -78,3 +79,12 @@ def check_no_links(folder: str | Path, what: str) -> None:
     for link in links_in(folder):
         raise FolderError(f"{_describe(link)}: a {what} is written only through plain files and folders; replace "
                           f"the link with the file itself, or remove it")
+
+
+# Lightning's own names for a checkpoint (trainer.fit/test(ckpt_path="last"|"best"|...)): not files to read here
+LIGHTNING_CKPT_NAMES = ("last", "best", "hpc")
+
+
+def names_a_local_checkpoint(value: Any) -> bool:
+    """``ckpt_path`` names a file here to read and check, not a name Lightning resolves itself (``last``, a URL)."""
+    return bool(value) and str(value) not in LIGHTNING_CKPT_NAMES and "://" not in str(value)

@@ -14,13 +14,14 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from . import resume, run_folder
 from .allowed_targets import check_targets
 from .errors import ConfigError
+from .folder_paths import names_a_local_checkpoint
 from .log_file import raise_if_failed
 from .run_build import task_arguments
 from .utils.config import auto_tags, check_block_groups, print_config_tree, used_groups
@@ -31,10 +32,6 @@ if TYPE_CHECKING:
     from .checkpoints import TrustedCheckpoint
 
 log = logging.getLogger(__name__)
-
-# Lightning's own names for a checkpoint and URLs: theirs to find, nothing here to read
-_LIGHTNING_NAMES = ("last", "best", "hpc")
-
 
 @dataclass(frozen=True)
 class RunPlan:
@@ -66,7 +63,7 @@ def plan(cfg: DictConfig, overrides: list[str] | tuple[str, ...] | None = None,
     model = task_arguments(resolved["model"], resolved.get("optim"), resolved.get("sched"))
     check_targets(model, "model")  # what the checkpoint will hold: only classes every loader accepts
     resuming = bool(cfg.get("resume"))
-    if checkpoint is None and _is_file_name(cfg.get("ckpt_path")):
+    if checkpoint is None and names_a_local_checkpoint(cfg.get("ckpt_path")):
         from .checkpoints import for_training  # (torch: only for a checkpoint)
 
         checkpoint = for_training(cfg.ckpt_path, cfg.model, "resume" if resuming else "ckpt_path")
@@ -94,7 +91,7 @@ def preflight(cfg: DictConfig, overrides: Sequence[str], run_dir: Path) -> RunPl
         notes += continue_run(cfg, run_dir)
         checkpoint = run_folder.checked_checkpoint(run_dir)  # read and trusted before Hydra wrote here
     named = str(cfg.get("ckpt_path") or "")
-    if _is_file_name(named) and not Path(named).expanduser().is_file():
+    if names_a_local_checkpoint(named) and not Path(named).expanduser().is_file():
         raise ConfigError(f"checkpoint not found: {Path(named).expanduser().resolve()}")  # (before torch)
     the_plan = plan(cfg, list(overrides), checkpoint)  # (checked: now they may resolve)
     checkpoint = the_plan.checkpoint
@@ -108,10 +105,6 @@ def preflight(cfg: DictConfig, overrides: Sequence[str], run_dir: Path) -> RunPl
     slow = slow_bf16_warning(cfg.trainer.get("precision"), cfg.trainer.get("accelerator", "auto"))
     the_plan.notes.extend([*notes, *([slow] if slow else [])])
     return the_plan
-
-
-def _is_file_name(value: Any) -> bool:
-    return bool(value) and str(value) not in _LIGHTNING_NAMES and "://" not in str(value)
 
 
 def continue_run(cfg: DictConfig, run_dir: Path) -> list[str]:
