@@ -1,5 +1,5 @@
 """What pyproject.toml cannot say: the repository's conf/ ships inside the wheel as the package data ``attnlab/conf``,
-so that an installed (non-editable) attnlab finds its Hydra configs (src/attnlab/paths.py picks the checkout's conf/
+so that an installed (non-editable) attnlab finds its Hydra configs (src/attnlab/core/paths.py picks the checkout's conf/
 when there is one, this copy otherwise). Everything else is in pyproject.toml."""
 
 from setuptools import find_packages, setup

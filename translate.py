@@ -1,6 +1,6 @@
 """`echo "twenty-one" | python translate.py ckpt=...` — translate with a trained checkpoint (see docs/translation.md)."""
 
-from attnlab.translate import main
+from attnlab.cli.translate import main
 
 if __name__ == "__main__":
     main()

@@ -52,10 +52,10 @@ def alternate(sides: dict[str, Callable[[], object]], *, repeats: int, warmup: i
 
 def choose_threads(requested: int | None) -> tuple[int, str]:
     """Intra-op threads for the whole bench, and why (printed with the machine facts): train.py's rule, the cores
-    other processes leave free (attnlab.utils.threads)."""
+    other processes leave free (attnlab.runs.threads)."""
     if requested:
         return requested, "--threads"
-    from attnlab.utils.threads import choose, read_machine
+    from attnlab.runs.threads import choose, read_machine
 
     choice = choose(read_machine(), env=os.environ.get("OMP_NUM_THREADS"), option="--threads N")
     return choice.threads, choice.why
@@ -112,7 +112,7 @@ def cpu_model() -> str:
 
 
 def machine_info() -> dict[str, str]:
-    from attnlab.utils.hardware import cpu_flags
+    from attnlab.runs.hardware import cpu_flags
 
     flags = cpu_flags()
     wanted = ["avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8"]
@@ -140,7 +140,7 @@ def machine_info() -> dict[str, str]:
 
 
 def fast_bf16() -> bool:
-    from attnlab.utils.hardware import cpu_has_fast_bf16
+    from attnlab.runs.hardware import cpu_has_fast_bf16
 
     return bool(cpu_has_fast_bf16())
 

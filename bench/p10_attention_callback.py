@@ -33,7 +33,7 @@ def _time(fn, repeats: int) -> float:
 
 
 def _compose(overrides: list[str], tmp: str):
-    from attnlab.paths import CONF_DIR
+    from attnlab.core.paths import CONF_DIR
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import open_dict
@@ -51,7 +51,7 @@ def _fit_and_time_steps(cfg, steps: int, tmp: str):
     import hydra
     import lightning as L
 
-    from attnlab.run_build import build_model
+    from attnlab.runs.build import build_model
 
     dm = hydra.utils.instantiate(cfg.data)
     model = build_model(cfg.model)
@@ -76,7 +76,7 @@ def _fit_and_time_steps(cfg, steps: int, tmp: str):
 
 
 def _tts_table(quick: bool, repeats: int, tmp: str) -> Table:
-    from attnlab.explorer.views import audio_note
+    from attnlab.plots.views import audio_note
 
     cfg = _compose(["model=tts"] + (["debug=fast"] if quick else []), tmp)
     trainer, model, dm, step = _fit_and_time_steps(cfg, 4 if quick else 8, tmp)

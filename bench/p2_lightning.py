@@ -1,4 +1,4 @@
-"""P2: the project's training machinery (``attnlab.train.run``: the composed Hydra config, LMDataModule,
+"""P2: the project's training machinery (``attnlab.cli.train.run``: the composed Hydra config, LMDataModule,
 CausalLMTask, Lightning Trainer with the default callbacks) vs a plain PyTorch loop over the same model, data,
 optimizer, schedule and gradient clipping. Shape: the default LM (``conf/model/causal_lm.yaml``).
 
@@ -23,7 +23,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 
-from attnlab.paths import CONF_DIR
+from attnlab.core.paths import CONF_DIR
 from attnlab.optim import build_lr_schedule, build_optimizer
 from attnlab.tasks.base import build_net
 from attnlab.tasks.causal_lm import lm_loss
@@ -52,7 +52,7 @@ class StepTimer(L.Callback):
 
 def compose_cfg(overrides: list[str], out_dir: str):
     """conf/train.yaml composed as ``python train.py <overrides>`` would (outputs in ``out_dir``)."""
-    import attnlab.resume  # noqa: F401  (registers the resolver conf/hydra uses)
+    import attnlab.runs.resume
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -88,7 +88,7 @@ def _steady(ends: list[float], warm: int) -> float:
 
 @functools.cache
 def measure(quick: bool, repeats: int, peak_flops: float) -> dict:
-    from attnlab import train
+    from attnlab.cli import train
 
     batch, steps, warm = (8, 6, 2) if quick else (32, 10, 3)
     overrides = ["model=causal_lm", "trainer=cpu", "logger=csv", f"data.batch_size={batch}",

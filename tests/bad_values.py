@@ -115,7 +115,7 @@ BAD = {
 
 def cases_for(cfg: DictConfig, label: str = "") -> list[Case]:
     """Every generated bad case of one composed config (``label``: prefix of the ids, e.g. the model)."""
-    from attnlab.utils.config import BLOCK_GROUPS, used_groups
+    from attnlab.runs.config_tree import BLOCK_GROUPS, used_groups
 
     unused = tuple(f"{g}." for g in set(BLOCK_GROUPS) - set(used_groups(cfg)))  # values no part reads
     out: list[Case] = []

@@ -14,8 +14,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-import attnlab.resume  # noqa: F401  (registers the resume_dir resolver used by conf/hydra)
-from attnlab.paths import CONF_DIR, ROOT
+import attnlab.runs.resume
+from attnlab.core.paths import CONF_DIR, ROOT
 from preloaded_python import run as run_python
 
 

@@ -1,7 +1,7 @@
 """Every bad input gets one line: a real ``python train.py`` on a real bad file or a bad config value exits with
 status 2 and prints one error line naming the file (and line / byte offset) or the key, the value and what is
 allowed, with no traceback. Each case stops before any training step; a bad data file before torch and Lightning
-are imported (read by train.py's data preflight, attnlab.data.preflight): ~0.8 s of CPU on a small machine.
+are imported (read by train.py's data preflight, attnlab.runs.data_check): ~0.8 s of CPU on a small machine.
 
 The same checks one level down (every message, in-process) live in tests/data/, tests/audio/, tests/models/test_vit.py
 and tests/utils/test_validate.py; this file is the promise where the user meets it.
@@ -31,10 +31,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
 from attnlab.data.ljspeech import write_ljspeech
-from attnlab.errors import ConfigError, UserError
-from attnlab.paths import CONF_DIR, ROOT
-from attnlab.quoting import hydra_value
-from attnlab.utils.validate import validate_config
+from attnlab.core.errors import ConfigError, UserError
+from attnlab.core.paths import CONF_DIR, ROOT
+from attnlab.core.quoting import hydra_value
+from attnlab.runs.validate import validate_config
 from vision_helpers import write_tiny_cifar
 from preloaded_python import run as run_python
 
@@ -164,7 +164,7 @@ FULL_ERROR = {next(c[0] for c in DATA_CASES if c[0].startswith(p)) for p in DATA
     pytest.param(*c[1:], full, id=f"{c[0]}{'-full-error' if full == '1' else ''}")
     for c in DATA_CASES for full in ("0", "1") if full == "0" or c[0] in FULL_ERROR])
 def test_bad_data_is_refused_before_lightning(args, message, names, full_error, bad, tmp_path, cache_dir):
-    """A bad data file is read by train.py's data preflight (attnlab.data.preflight) before Lightning is imported:
+    """A bad data file is read by train.py's data preflight (attnlab.runs.data_check) before Lightning is imported:
     one line naming the file, exit 2, no run folder, with a logger on; with HYDRA_FULL_ERROR=1 the traceback too,
     still exit 2 and no folder. Neither torch nor Lightning is imported by then (the model-size check, which builds the
     net on torch's meta device, comes after the data's); nor does `datasets` (data=hf)."""
@@ -298,7 +298,7 @@ def test_generated_bad_values_through_train_py(overrides, trainer, run_dir, tmp_
 
 def test_values_refused_before_torch_is_imported(tmp_path):
     """A command line refused for its values answers before torch and Lightning are imported (about 1.5 s of CPU
-    instead of 5 on a small machine): the checks take their option lists from the torch-free attnlab.choices."""
+    instead of 5 on a small machine): the checks take their option lists from the torch-free attnlab.core.choices."""
     marker = tmp_path / "imported"
     out = subprocess.run([sys.executable, "-c", PROBE, str(marker), "seed=-1", "model.net.n_heads=0", "task_name=nan",
                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
@@ -318,7 +318,7 @@ CLI_REQUIRED = {"translate": ["ckpt=/nonexistent/last.ckpt"], "generate": ["ckpt
 
 
 def _cli_checks(name: str):
-    from attnlab import generate, synthesize, translate
+    from attnlab.cli import generate, synthesize, translate
 
     if name == "generate":
         return lambda cfg: (generate.checkpoint_option(cfg), generate.check_options(cfg))
@@ -331,7 +331,7 @@ def test_every_generated_bad_option_of_each_cli_is_refused(name, tmp_path, monke
     task_name, +/~ overrides) and the command's own option checks."""
     from omegaconf import OmegaConf, read_write
 
-    from attnlab.run_folder import _task_config_problem
+    from attnlab.runs.folder import _task_config_problem
 
     monkeypatch.delenv(UNSET_ENV, raising=False)
     base = _cli_config(name, CLI_REQUIRED[name])

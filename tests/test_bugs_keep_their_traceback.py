@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from cli_checks import TINY
 
-from attnlab.errors import ConfigError, find_user_error
-from attnlab.paths import ROOT
+from attnlab.core.errors import ConfigError, find_user_error
+from attnlab.core.paths import ROOT
 from preloaded_python import run as run_python
 
 PLANTED = Path(__file__).resolve().parent / "planted_bug"
@@ -29,15 +29,15 @@ CASES = [
     ("generate.py", [f"ckpt={FIXTURES / 'legacy_causal_lm.ckpt'}", "max_new_tokens=2"],
      "attnlab.data.tokenizer:BPETokenizer.__init__:AttributeError"),
     ("synthesize.py", [f"ckpt={FIXTURES / 'legacy_tts.ckpt'}", "text=one"],
-     "attnlab.state_fit:check_fits:TypeError"),
+     "attnlab.checkpoints.state_fit:check_fits:TypeError"),
     ("-m attnlab.explore", [f"ckpt={FIXTURES / 'legacy_causal_lm.ckpt'}", "text=The"],
      "attnlab.explorer.page:page_html:NameError"),
     ("train.py", [*TINY, "ffn=swiglu"], "attnlab.modules.feedforward:FeedForward.__init__:AttributeError"),
     ("train.py", [*TINY, f"ckpt_path={FIXTURES / 'legacy_causal_lm.ckpt'}", "train=false", "test=true"],
-     "attnlab.checkpoints:_model_config:TypeError"),
-    ("train.py", [*TINY, "resume={tmp}/no_run"], "attnlab.resume:model_identity:TypeError"),
-    ("-m attnlab.compare", ["{tmp}/sweep", "--by", "norm"], "attnlab.sweep_jobs:sweep_jobs:NameError"),
-    ("-m attnlab.workspace", ["{tmp}/sweep"], "attnlab.wandb_runs:offline_run_dirs:AttributeError"),
+     "attnlab.runs.load:_model_config:TypeError"),
+    ("train.py", [*TINY, "resume={tmp}/no_run"], "attnlab.runs.resume:model_identity:TypeError"),
+    ("-m attnlab.compare", ["{tmp}/sweep", "--by", "norm"], "attnlab.runs.sweep_jobs:sweep_jobs:NameError"),
+    ("-m attnlab.workspace", ["{tmp}/sweep"], "attnlab.runs.wandb_runs:offline_run_dirs:AttributeError"),
 ]
 
 

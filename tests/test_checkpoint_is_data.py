@@ -2,7 +2,7 @@
 
 ``torch.load(weights_only=True)`` keeps a pickle from running code (tests/test_safe_checkpoints.py), but the config a
 checkpoint or ``.hydra/config.yaml`` holds is instantiated by Hydra: a ``_target_`` is an import path that gets
-called. Every loader checks every ``_target_`` against one allow-list (:mod:`attnlab.allowed_targets`, computed from
+called. Every loader checks every ``_target_`` against one allow-list (:mod:`attnlab.checkpoints.allowed_targets`, computed from
 conf/) before anything is imported or built. Tested as a property:
 
 * the space, in-process through the checking function every loader calls: every place a config node sits in the
@@ -30,12 +30,13 @@ import yaml
 from cli_checks import one_error_line, snapshot
 from helpers import run_cli
 
-from attnlab.errors import UnsafeTargetError
-from attnlab.allowed_targets import allowed, check_targets, refusals, task_classes
-from attnlab.checkpoint_upgrade import upgrade_net_config
-from attnlab.errors import CheckpointError
-from attnlab.checkpoints import hyper_parameters, load_task
-from attnlab.paths import ROOT
+from attnlab.core.errors import UnsafeTargetError
+from attnlab.checkpoints.allowed_targets import allowed, check_targets, refusals, task_classes
+from attnlab.checkpoints.upgrade import upgrade_net_config
+from attnlab.core.errors import CheckpointError
+from attnlab.checkpoints.read import hyper_parameters
+from attnlab.runs.load import load_task
+from attnlab.core.paths import ROOT
 from preloaded_python import run as run_python
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -158,7 +159,7 @@ def test_every_place_and_way_a_checkpoint_names_code_is_refused(family, tmp_path
 
 def test_the_allow_list_is_computed_from_conf_and_keeps_every_shipped_target():
     """Every _target_ the project's own configs and old checkpoints use passes; a hostile task class does not."""
-    from attnlab.allowed_targets import _conf_targets
+    from attnlab.checkpoints.allowed_targets import _conf_targets
 
     targets = _conf_targets()
     assert "attnlab.modules.norm.RMSNorm" in targets["model"] and "torch.nn.GELU" in targets["model"]
@@ -278,7 +279,7 @@ ENTRY_POINTS = {
                         lambda c, d: ("train.py", "model=causal_lm", "debug=fast", "train=false", f"ckpt_path={c}",
                                       *QUIET, f"hydra.run.dir={d}")),
     "surface_forms": (("transformer_mt", ("net", "ffn"), "interpolation", "builtins.open"),
-                      lambda c, d: ("attnlab.analysis.surface_forms", str(c))),
+                      lambda c, d: ("attnlab.cli.surface_forms", str(c))),
 }
 
 
@@ -442,7 +443,7 @@ def test_every_shipped_model_passes_and_a_command_line_target_does_not(tmp_path)
     targets the files name literally. A class given only on the command line is refused (its checkpoint would be)."""
     from helpers import compose_train
 
-    from attnlab.paths import CONF_DIR
+    from attnlab.core.paths import CONF_DIR
 
     for path in CONF_DIR.rglob("*.yaml"):
         assert not [line for line in path.read_text().splitlines()

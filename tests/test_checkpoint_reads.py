@@ -38,10 +38,10 @@ def opens_of(path):
 
 
 ENTRY_POINTS = {  # module, checkpoint, the rest of its command line
-    "translate": ("attnlab.translate", LEGACY_MT, ["beam_size=2", "input={tmp}/in.txt", "output={tmp}/out.txt"]),
-    "generate": ("attnlab.generate", LEGACY_LM, ["prompt=def", "max_new_tokens=2", "num_samples=1"]),
-    "synthesize": ("attnlab.synthesize", FIXTURES / "legacy_tts.ckpt", ["text=one", "griffin_lim_iters=1"]),
-    "explore": ("attnlab.explore", LEGACY_LM, ["text=def", "out={tmp}/explorer.html"]),
+    "translate": ("attnlab.cli.translate", LEGACY_MT, ["beam_size=2", "input={tmp}/in.txt", "output={tmp}/out.txt"]),
+    "generate": ("attnlab.cli.generate", LEGACY_LM, ["prompt=def", "max_new_tokens=2", "num_samples=1"]),
+    "synthesize": ("attnlab.cli.synthesize", FIXTURES / "legacy_tts.ckpt", ["text=one", "griffin_lim_iters=1"]),
+    "explore": ("attnlab.cli.explore", LEGACY_LM, ["text=def", "out={tmp}/explorer.html"]),
 }
 
 

@@ -16,8 +16,9 @@ import pytest
 import torch
 from test_safe_checkpoints import FIXTURES, QUIET, cli
 
-from attnlab.checkpoint_upgrade import upgrade_net_config, upgrade_state_dict
-from attnlab.checkpoints import load_task, read_checkpoint
+from attnlab.checkpoints.upgrade import upgrade_net_config, upgrade_state_dict
+from attnlab.runs.load import load_task
+from attnlab.checkpoints.read import read_checkpoint
 from attnlab.decoding.tts import generate_mel
 from attnlab.modules.moe import MixtureOfExperts
 from attnlab.modules.positional import RotaryPositions, SinusoidalPositions
@@ -129,27 +130,54 @@ def test_a_run_continues_from_a_legacy_checkpoint(tmp_path, cache_dir):
     assert resumed["global_step"] == 4 and "net.encoder.layers.0.self_attn.qkv_proj.weight" in resumed["state_dict"]
 
 
-def test_a_saved_run_config_naming_a_moved_target_reads_as_its_new_place(tmp_path):
-    """A run folder saved before a function moved (``data=hf``'s builder) still passes the allow-list, builds the
-    same thing and compares as the same data for resume=; each old name is gone and each new one resolves."""
+# where each moved target sits in a saved run config: (path to its node, the rest of that node)
+MOVED_PLACES = {"attnlab.data.hf_source.hf_datamodule": (("data",), {"path": "x", "seed": "${hydra:runtime.cwd}"}),
+                "attnlab.utils.checkpoint_io.AtomicCheckpointIO": (("trainer", "plugins", 0), {})}
+
+
+def test_every_moved_target_has_its_place_in_the_test():
+    from attnlab.checkpoints.upgrade import MOVED_TARGETS
+
+    assert set(MOVED_TARGETS) == set(MOVED_PLACES)
+
+
+@pytest.mark.parametrize("old", sorted(MOVED_PLACES))
+def test_a_saved_run_config_naming_a_moved_target_reads_as_its_new_place(tmp_path, old):
+    """A run folder saved before a class or function moved (``data=hf``'s builder, the trainer's checkpoint writer)
+    still passes the allow-list and builds the same thing; the data compares as the same for resume=; each old
+    name is gone and each new one resolves."""
     import hydra
     from omegaconf import OmegaConf
 
-    from attnlab import resume
-    from attnlab.allowed_targets import load_config
-    from attnlab.checkpoint_upgrade import MOVED_TARGETS
+    from attnlab.checkpoints.allowed_targets import load_config
+    from attnlab.checkpoints.upgrade import MOVED_TARGETS
+    from attnlab.runs import resume
 
-    for old, new in MOVED_TARGETS.items():
-        assert callable(hydra.utils.get_object(new))
-        with pytest.raises(Exception):
-            hydra.utils.get_object(old)
-        run = tmp_path / old
-        (run / ".hydra").mkdir(parents=True)
-        saved = run / ".hydra" / "config.yaml"
-        saved.write_text(OmegaConf.to_yaml({"data": {"_target_": old, "path": "x", "seed": "${hydra:runtime.cwd}"},
-                                            "model": {"name": "causal_lm"}}))
-        assert load_config(saved).data._target_ == new
-        assert resume.saved_config(run).data._target_ == new
-        here = OmegaConf.create({"_target_": new, "path": "x", "seed": "${hydra:runtime.cwd}"})
+    new = MOVED_TARGETS[old]
+    assert callable(hydra.utils.get_object(new))
+    with pytest.raises(Exception):
+        hydra.utils.get_object(old)
+    place, rest = MOVED_PLACES[old]
+
+    def config_with(target):
+        node = {"_target_": target, **rest}
+        for key in reversed(place):
+            node = [node] if isinstance(key, int) else {key: node}
+        return {**node, "model": {"name": "causal_lm"}}
+
+    def target_in(config):
+        node = config
+        for key in place:
+            node = node[key]
+        return node["_target_"]
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    saved = run / ".hydra" / "config.yaml"
+    saved.write_text(OmegaConf.to_yaml(config_with(old)))
+    assert target_in(load_config(saved)) == new
+    assert target_in(resume.saved_config(run)) == new
+    if place == ("data",):
+        here = OmegaConf.create(config_with(new)["data"])
         assert resume.data_differences(OmegaConf.load(saved).data, here)  # as written, it differs
         assert resume.data_differences(resume.saved_config(run).data, here) == []

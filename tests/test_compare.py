@@ -16,9 +16,9 @@ import yaml
 from helpers import compose_train, run_cli
 from scipy import stats
 
-from attnlab.compare import compare, main
-from attnlab.run_plan import prepare_loggers
-from attnlab.utils.sweep import setting_name, setting_overrides
+from attnlab.cli.compare import compare, main
+from attnlab.runs.plan import prepare_loggers
+from attnlab.runs.sweep import setting_name, setting_overrides
 
 # two validation points per job (2 epochs of 2 batches), no test, the slow callbacks off; CSV and W&B offline
 SWEEP = ["-m", "model=causal_lm", "debug=fast", "model.net.n_layers=1", "trainer.max_epochs=2",
@@ -225,7 +225,7 @@ def test_workspace_leaves_out_a_run_whose_log_holds_nothing(sweep, tmp_path, cap
     """An empty (or cut short) offline W&B log reads as a run without id, config or keys: it is left out with a
     note instead of changing the grouping keys and filtering on an empty id; --out in a new folder is created."""
     pytest.importorskip("wandb_workspaces", reason="the wandb-workspaces extra (in dev) is not installed")
-    from attnlab.workspace import main as workspace
+    from attnlab.cli.workspace import main as workspace
 
     copy = tmp_path / "sweep"
     for job in "012":
@@ -246,7 +246,7 @@ def test_outputs_planted_as_links_are_replaced_never_written_through(kind, sweep
     """A sweep folder comes from anyone: the comparison's files and the workspace definition, planted there as links,
     are replaced by plain files; what the links point to is left as it was."""
     pytest.importorskip("wandb_workspaces", reason="the wandb-workspaces extra (in dev) is not installed")
-    from attnlab.workspace import main as workspace
+    from attnlab.cli.workspace import main as workspace
 
     folder = tmp_path / "sweep"
     shutil.copytree(sweep, folder, symlinks=True, ignore=shutil.ignore_patterns("checkpoints"))

@@ -15,10 +15,10 @@ from attnlab.modules.attention import MultiHeadAttention
 from attnlab.modules.block import EncoderBlock
 from attnlab.modules.feedforward import FeedForward
 from attnlab.modules.moe import MixtureOfExperts
-from attnlab.paths import CONF_DIR
-from attnlab.run_build import build_model
-from attnlab.errors import ConfigError
-from attnlab.utils.config import check_block_groups, used_groups
+from attnlab.core.paths import CONF_DIR
+from attnlab.runs.build import build_model
+from attnlab.core.errors import ConfigError
+from attnlab.runs.config_tree import check_block_groups, used_groups
 
 GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in ("local", "hydra"))
 

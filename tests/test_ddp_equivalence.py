@@ -31,8 +31,8 @@ import pytest
 import torch
 from helpers import compose_train, run_cli
 
-from attnlab.quoting import hydra_value
-from attnlab.run_build import build_model
+from attnlab.core.quoting import hydra_value
+from attnlab.runs.build import build_model
 
 STEPS = 4
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}

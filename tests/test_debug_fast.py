@@ -14,10 +14,10 @@ from helpers import compose_train
 from hydra.utils import get_object
 from omegaconf import OmegaConf, open_dict
 
-from attnlab import resume
+from attnlab.runs import resume
 from attnlab.data.hf_datamodule import HF_READERS
 from attnlab.families import families
-from attnlab.paths import CONF_DIR
+from attnlab.core.paths import CONF_DIR
 
 SIZES = ("vocab_size", "seq_len")
 DATA_OPTIONS = sorted(p.stem for p in (CONF_DIR / "data").glob("*.yaml"))

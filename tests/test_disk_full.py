@@ -23,8 +23,8 @@ import pytest
 from cli_checks import TINY, one_error_line
 from helpers import run_cli
 
-from attnlab.paths import ROOT
-from attnlab.resume import check_intact
+from attnlab.core.paths import ROOT
+from attnlab.runs.resume import check_intact
 
 FAULT = Path(__file__).resolve().parent / "disk_full"
 EPOCHS = [*TINY, "trainer.max_steps=-1", "trainer.limit_train_batches=2"]  # 2 steps an epoch; no test

@@ -12,7 +12,7 @@ import torch
 from helpers import compose_train
 
 from attnlab.families import families
-from attnlab.train import run
+from attnlab.cli.train import run
 
 COMMON = ["debug=fast", "logger=csv", "callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false",
           "test=false", "trainer.deterministic=true", "trainer.max_epochs=10", "model.net.dropout=0.1",

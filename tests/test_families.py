@@ -10,7 +10,7 @@ import pytest
 from helpers import compose_train
 
 from attnlab.families import DATA_KINDS, families, for_config, for_task, get, model_names
-from attnlab.paths import CONF_DIR, ROOT
+from attnlab.core.paths import CONF_DIR, ROOT
 from preloaded_python import run as run_python
 
 

@@ -23,14 +23,14 @@ from hydra._internal.callbacks import Callbacks
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from attnlab import run_folder
-from attnlab.atomic_files import temporary_name, write_atomic
+from attnlab.runs import folder as run_folder
+from attnlab.files.atomic import temporary_name, write_atomic
 from attnlab.callbacks.run_checkpoint import _in_this_folder
-from attnlab.checkpoints import check_callback_paths
-from attnlab.errors import CheckpointError, CorpusError
+from attnlab.checkpoints.read import check_callback_paths
+from attnlab.core.errors import CheckpointError, CorpusError
 from attnlab.explorer.record import ExplorerRecord
 from attnlab.explorer.page import page_html, write_page
-from attnlab.paths import CONF_DIR
+from attnlab.core.paths import CONF_DIR
 
 
 
@@ -107,7 +107,7 @@ def test_resume_of_a_run_folder_holding_a_link_is_refused_before_anything_is_wri
 
 def test_wandb_keeps_links_of_its_own_inside_its_folder(finished):
     """W&B's own links (latest-run, debug.log, one into its cache) are below wandb/, where the check does not look."""
-    from attnlab.folder_paths import links_in
+    from attnlab.files.folder_paths import links_in
 
     run = finished
     assert list(links_in(run)) == []

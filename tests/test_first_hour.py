@@ -19,7 +19,7 @@ from helpers import run_cli
 from preloaded_python import run as run_python
 
 from attnlab.families import get
-from attnlab.paths import ROOT
+from attnlab.core.paths import ROOT
 
 FAMILIES = ("transformer_mt", "causal_lm", "vit")
 COMMAND = {"transformer_mt": "translate", "causal_lm": "generate", "vit": "test"}

@@ -15,12 +15,12 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from test_safe_checkpoints import compose_cli
 
-from attnlab.checkpoints import read_checkpoint
-from attnlab.errors import OptionError
+from attnlab.checkpoints.read import read_checkpoint
+from attnlab.core.errors import OptionError
 from attnlab.data.lm_datamodule import LMDataModule
 from attnlab.data.tokenizer import BPETokenizer
 from attnlab.decoding import SamplingOptions
-from attnlab.generate import check_options, checkpoint_option, load_task, sample_texts
+from attnlab.cli.generate import check_options, checkpoint_option, load_task, sample_texts
 from attnlab.tasks.causal_lm import CausalLMTask
 from preloaded_python import run as run_python
 
@@ -174,7 +174,7 @@ def test_many_samples_stream_in_batches_into_samples_txt(trained_ckpt, cache_dir
 def test_progress_lines_say_how_far_and_how_long():
     import logging
 
-    from attnlab.cli_input import Progress
+    from attnlab.cli.input import Progress
 
     records = []
     handler = logging.Handler()
@@ -192,7 +192,7 @@ def test_progress_lines_say_how_far_and_how_long():
 
 def test_the_thread_rule_applies_to_generate_and_a_bad_value_is_one_line(trained_ckpt, cache_dir, tmp_path):
     proc = run_generate(f"ckpt={trained_ckpt}", "max_new_tokens=2", "num_samples=1", "threads=2",
-                        "hydra.verbose=attnlab.generate", f"hydra.run.dir={tmp_path / 'gen'}", cache_dir=cache_dir)
+                        "hydra.verbose=attnlab.cli.generate", f"hydra.run.dir={tmp_path / 'gen'}", cache_dir=cache_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "torch threads: 2 (threads=2)" in proc.stderr
     bad = run_generate(f"ckpt={trained_ckpt}", "threads=0", f"hydra.run.dir={tmp_path / 'gen2'}", cache_dir=cache_dir)

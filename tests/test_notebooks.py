@@ -163,7 +163,7 @@ def test_review_run_default_run_dir_is_newest_with_last_ckpt(tmp_path, monkeypat
     run-selection cell in-process against a fake repository root (no kernel, no training)."""
     nb = nbformat.read(NOTEBOOKS / "review_run.ipynb", as_version=4)
     (cell,) = [c for c in nb.cells if c.cell_type == "code" and "def newest_run" in c.source]
-    monkeypatch.setattr("attnlab.paths.ROOT", tmp_path)
+    monkeypatch.setattr("attnlab.core.paths.ROOT", tmp_path)
     outputs = tmp_path / "outputs"
 
     def select(run_dir=None) -> Path:

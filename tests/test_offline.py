@@ -25,10 +25,10 @@ import pytest
 import pytest_socket  # the dev extra's pytest-socket
 from helpers import compose_train
 
-from attnlab.compare import main as compare_main
-from attnlab.paths import ROOT
-from attnlab.train import run, write_metrics
-from attnlab.workspace import main as workspace_main
+from attnlab.cli.compare import main as compare_main
+from attnlab.core.paths import ROOT
+from attnlab.cli.train import run, write_metrics
+from attnlab.cli.workspace import main as workspace_main
 
 if str(ROOT) not in sys.path:  # the claims live in experiments/ at the repository root (as tests/claims/ does)
     sys.path.insert(0, str(ROOT))

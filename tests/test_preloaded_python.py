@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import preloaded_python
-from attnlab.paths import ROOT
-from attnlab.wandb_runs import offline_run_dirs, read_offline_runs
+from attnlab.core.paths import ROOT
+from attnlab.runs.wandb_runs import offline_run_dirs, read_offline_runs
 from preloaded_python import run as run_python
 
 PROBE = textwrap.dedent("""

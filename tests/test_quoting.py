@@ -1,6 +1,6 @@
 """Paths in commands survive Hydra's override parser and the shell: every printable ASCII character (and a few
 non-ASCII ones, runs of backslashes, ``${``) in a path, alone and together, comes back as the same path through
-``hydra.run.dir=<hydra_value(path)>`` (what a DDP rank re-parses, src/attnlab/ddp.py) and through the shell word of
+``hydra.run.dir=<hydra_value(path)>`` (what a DDP rank re-parses, src/attnlab/runs/ddp.py) and through the shell word of
 a printed hint (``resume=...``, ``ckpt_path=...``, ``wandb sync ...``)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from attnlab.quoting import hydra_value, shell_override, shell_path
-from attnlab.errors import DamagedCheckpointError
-from attnlab.resume import check_intact
+from attnlab.core.quoting import hydra_value, shell_override, shell_path
+from attnlab.core.errors import DamagedCheckpointError
+from attnlab.runs.resume import check_intact
 
 SPECIAL = [c for c in string.punctuation + " \t" if c != "/"]
 PATHS = ([f"/tmp/a{c}b" for c in SPECIAL] + [f"/tmp/{c}" for c in SPECIAL]

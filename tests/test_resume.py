@@ -135,9 +135,9 @@ def test_another_tokenizer_says_why_for_generated_and_for_given_data(source):
     data); a corpus the user gave can be restored."""
     from types import SimpleNamespace
 
-    from attnlab.errors import ResumeError
-    from attnlab.checkpoints import read_trusted
-    from attnlab.resume import check_tokenizer
+    from attnlab.core.errors import ResumeError
+    from attnlab.checkpoints.read import read_trusted
+    from attnlab.runs.resume import check_tokenizer
     from attnlab.tasks.base import saved_tokenizer
 
     fixtures = Path(__file__).resolve().parent / "fixtures"

@@ -193,7 +193,7 @@ def test_callbacks_none_still_keeps_last_ckpt_in_the_run_folder(tmp_path, cache_
     """callbacks=none: Lightning's own default checkpoint went to <run>/<logger>/<version>/checkpoints/, no last.ckpt."""
     from helpers import compose_train
 
-    from attnlab.train import run
+    from attnlab.cli.train import run
 
     run(compose_train(["debug=fast", "callbacks=none", "logger=csv", "test=false", "trainer.limit_train_batches=2",
                        "trainer.limit_val_batches=1"], tmp_path, cache_dir))

@@ -21,10 +21,10 @@ from hydra._internal.callbacks import Callbacks
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from attnlab import resume, run_folder
-from attnlab.checkpoints import read_trusted
+from attnlab.runs import resume, folder as run_folder
+from attnlab.checkpoints.read import read_trusted
 from attnlab.data.corpus import pydoc_text
-from attnlab.paths import CONF_DIR
+from attnlab.core.paths import CONF_DIR
 
 
 
@@ -327,7 +327,7 @@ def test_train_py_ckpt_path_with_other_data_is_refused(finished, cache_dir, tmp_
 def test_ckpt_path_compares_the_tokenizer_itself_with_the_checkpoints(finished, cache_dir, edited_book, tmp_path):
     """The same data settings can give another tokenizer (a text file edited since): train.py's run compares the
     data's tokenizer with the checkpoint's before any logger or trainer exists, for ckpt_path= as for resume=."""
-    from attnlab.train import run
+    from attnlab.cli.train import run
 
     cfg = compose_train([*EPOCH, f"ckpt_path={finished / resume.LAST}", "data.source=text_file",
                          f"data.path={edited_book}"], tmp_path / "new", cache_dir)

@@ -1,4 +1,4 @@
-"""attnlab.run_history reads a run's curves back locally: the W&B offline log (the default logger) gives the same
+"""attnlab.runs.history reads a run's curves back locally: the W&B offline log (the default logger) gives the same
 steps and values as the CSV logger of the same run."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from helpers import compose_train
 
-from attnlab.run_history import read_csv_history, read_history, read_wandb_history
-from attnlab.train import run
+from attnlab.runs.history import read_csv_history, read_history, read_wandb_history
+from attnlab.cli.train import run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -14,7 +14,7 @@ import pytest
 from cli_checks import TINY, one_error_line, snapshot
 from helpers import Deadline, run_cli
 
-from attnlab.paths import ROOT
+from attnlab.core.paths import ROOT
 from preloaded_python import run as run_python
 
 

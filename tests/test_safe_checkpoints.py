@@ -25,9 +25,9 @@ from helpers import run_cli
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from attnlab.errors import CheckpointError, UnsafeCheckpointError
-from attnlab.checkpoints import read_checkpoint, verified
-from attnlab.paths import CONF_DIR, ROOT
+from attnlab.core.errors import CheckpointError, UnsafeCheckpointError
+from attnlab.checkpoints.read import read_checkpoint, verified
+from attnlab.core.paths import CONF_DIR, ROOT
 from preloaded_python import run as run_python
 
 FIXTURES = ROOT / "tests" / "fixtures"

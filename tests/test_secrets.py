@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from attnlab.paths import ROOT
+from attnlab.core.paths import ROOT
 from preloaded_python import run as run_python
 
 SECRET = "sk-test-0123456789abcdef0123456789abcdef"

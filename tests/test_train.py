@@ -13,9 +13,10 @@ from cli_checks import TINY, one_error_line
 from helpers import compose_train, explorer_data, run_cli
 from workspace_checks import check_leet_opens, check_sweep_workspace
 
-from attnlab.checkpoints import check_run_config, load_task
-from attnlab.train import run
-from attnlab.wandb_runs import offline_run_dirs, read_offline_runs
+from attnlab.checkpoints.read import check_run_config
+from attnlab.runs.load import load_task
+from attnlab.cli.train import run
+from attnlab.runs.wandb_runs import offline_run_dirs, read_offline_runs
 
 FAST = ["model=causal_lm", "debug=fast", "logger=csv"]
 
@@ -215,7 +216,7 @@ def test_a_nan_stop_is_one_line_naming_the_checkpoint_that_exists(tmp_path, cach
 
 
 def test_a_bad_data_file_is_one_line_and_a_traceback_on_request(tmp_path, cache_dir):
-    """The CIFAR-10 batches are read by train.py's data preflight (attnlab.data.preflight), before Lightning is
+    """The CIFAR-10 batches are read by train.py's data preflight (attnlab.runs.data_check), before Lightning is
     imported: refused with exit 2 and no folder left, the traceback added on request."""
     data = tmp_path / "cifar"
     data.mkdir()

@@ -11,11 +11,11 @@ from helpers import compose_train, run_cli
 
 from attnlab.decoding import DecodingOptions
 from attnlab.models.seq2seq_rnn import Seq2SeqRNN
-from attnlab.run_build import build_model
-from attnlab.train import run
-from attnlab.translate import translate_lines
-from attnlab.errors import ConfigError
-from attnlab.utils.config import check_block_groups
+from attnlab.runs.build import build_model
+from attnlab.cli.train import run
+from attnlab.cli.translate import translate_lines
+from attnlab.core.errors import ConfigError
+from attnlab.runs.config_tree import check_block_groups
 
 # a few hundred number pairs, a small net, one short epoch: the plumbing, not the quality
 TINY = [

@@ -10,9 +10,9 @@ import pytest
 import torch
 from helpers import compose_train, explorer_data
 
-from attnlab.train import run
-from attnlab.errors import ConfigError
-from attnlab.utils.config import check_block_groups, used_groups
+from attnlab.cli.train import run
+from attnlab.core.errors import ConfigError
+from attnlab.runs.config_tree import check_block_groups, used_groups
 
 QUIET = ["callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false", "logger=csv"]
 

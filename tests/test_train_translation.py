@@ -13,12 +13,12 @@ import pytest
 import torch
 from helpers import compose_train
 
-from attnlab.checkpoints import load_task
+from attnlab.runs.load import load_task
 from attnlab.decoding import DecodingOptions
-from attnlab.paths import ROOT
+from attnlab.core.paths import ROOT
 from attnlab.tasks.translation import TranslationTask
-from attnlab.train import run
-from attnlab.translate import encode_sources
+from attnlab.cli.train import run
+from attnlab.cli.translate import encode_sources
 from preloaded_python import run as run_python
 
 TINY_DATA = ["data.train_size=400", "data.val_size=40", "data.test_size=40", "data.max_digits=4"]

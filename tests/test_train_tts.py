@@ -18,11 +18,11 @@ import soundfile as sf
 import torch
 from helpers import compose_train, explorer_data, wandb_html_keys
 
-from attnlab.paths import ROOT
-from attnlab.run_build import build_model
-from attnlab.train import run
-from attnlab.errors import ConfigError
-from attnlab.utils.config import check_block_groups
+from attnlab.core.paths import ROOT
+from attnlab.runs.build import build_model
+from attnlab.cli.train import run
+from attnlab.core.errors import ConfigError
+from attnlab.runs.config_tree import check_block_groups
 from preloaded_python import run as run_python
 
 QUIET = ["callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false"]
@@ -111,7 +111,7 @@ def run_synthesize(*overrides: str, stdin: str | None = None, cache_dir: str) ->
 
 def test_synthesize_writes_playable_wavs(tts_run, tmp_path):
     """The entry point's work in-process (the CLI itself: the slow test below)."""
-    from attnlab.synthesize import load_tts, read_texts, synthesize
+    from attnlab.cli.synthesize import load_tts, read_texts, synthesize
     from attnlab.tasks.tts import TTSTask
 
     task = load_tts(tts_run[0] / "checkpoints" / "last.ckpt")
@@ -150,8 +150,8 @@ def _one_line_error(proc: subprocess.CompletedProcess, message: str) -> str:
 def test_synthesize_refuses_missing_and_other_family_checkpoints(cache_dir, tmp_path):
     """The shared loader (checkpoints.load_task, weights_only=True): one line naming the file and, for another
     model family, the entry point that serves it."""
-    from attnlab.errors import CheckpointError
-    from attnlab.synthesize import load_tts
+    from attnlab.core.errors import CheckpointError
+    from attnlab.cli.synthesize import load_tts
 
     missing = tmp_path / "nope.ckpt"
     # paths.log_dir rather than hydra.run.dir: the default run dir (outputs/synthesize/runs/<time>) must resolve too
@@ -176,13 +176,13 @@ def test_synthesize_refuses_missing_and_other_family_checkpoints(cache_dir, tmp_
 
 
 def test_trained_checkpoint_holds_plain_types_only(tts_run):
-    from attnlab.checkpoints import read_checkpoint
+    from attnlab.checkpoints.read import read_checkpoint
 
     assert read_checkpoint(tts_run[0] / "checkpoints" / "last.ckpt")["task_class"] == "attnlab.tasks.tts.TTSTask"
 
 
 def test_split_text_keeps_pieces_within_the_model_and_cuts_at_sentences_first():
-    from attnlab.synthesize import split_text
+    from attnlab.cli.synthesize import split_text
 
     text = "one two three, four five six seven; eight nine. ten eleven twelve thirteen! " + "x" * 30
     assert split_text(text, 200) == [text]  # short enough: unchanged
@@ -215,8 +215,8 @@ def test_synthesize_cli_speaks_a_text_longer_than_the_model_reads_in_pieces(tts_
 
 
 def test_synthesize_cli_refuses_bad_options_in_one_line(cache_dir, tmp_path):
-    from attnlab.errors import OptionError
-    from attnlab.synthesize import check_options
+    from attnlab.core.errors import OptionError
+    from attnlab.cli.synthesize import check_options
     from test_safe_checkpoints import compose_cli
 
     _one_line_error(run_synthesize("ckpt=x.ckpt", "text=one", "griffin_lim_iters=0", f"hydra.run.dir={tmp_path}",

@@ -12,8 +12,8 @@ from helpers import compose_train, explorer_data, wandb_html_keys
 from hydra.errors import InstantiationException
 from omegaconf import OmegaConf
 
-from attnlab.run_build import build_model
-from attnlab.train import run
+from attnlab.runs.build import build_model
+from attnlab.cli.train import run
 
 QUIET = ["callbacks.rich_progress_bar=null", "trainer.enable_progress_bar=false"]
 

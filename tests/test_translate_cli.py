@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from test_safe_checkpoints import LEGACY_MT, cli, compose_cli
 
-from attnlab.errors import OptionError
-from attnlab.translate import check_options
+from attnlab.core.errors import OptionError
+from attnlab.cli.translate import check_options
 
 LONG = " ".join(["seventy-seven thousand"] * 20)  # ~200 tokens for this checkpoint's tokenizer: over its 32
 LINES = ["twenty-one", "three hundred", LONG, "seven"]

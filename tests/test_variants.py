@@ -16,7 +16,7 @@ from helpers import compose_train, run_cli
 from attnlab.families import families, get
 from attnlab.modules.attention import MultiHeadAttention
 from attnlab.modules.positional import ALiBi
-from attnlab.run_build import build_model
+from attnlab.runs.build import build_model
 
 # every registered family built from the attention group (attnlab.families): a new one is tested by being declared
 FAMILIES = [f.name for f in families() if "attn" in f.groups]

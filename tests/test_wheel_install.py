@@ -1,6 +1,6 @@
 """attnlab works from a non-editable install: a wheel built from this checkout, installed into a fresh venv, trains
 from a directory outside the repository with the conf/ it ships (attnlab/conf) and writes its run folder and data
-cache under that directory (src/attnlab/paths.py).
+cache under that directory (src/attnlab/core/paths.py).
 
 The venv sees the machine's packages (``--system-site-packages``: torch & co. are not downloaded) and gets only the
 wheel (``--no-deps``); PYTHONPATH and ATTNLAB_ROOT are removed from its environment, so neither this checkout's
@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from attnlab.paths import ROOT
+from attnlab.core.paths import ROOT
 
 # what the wheel is built from (a copy: an in-tree build would leave build/ behind and could pack stale files from it)
 SOURCES = ["src", "conf", "pyproject.toml", "setup.py", "README.md"]
@@ -72,7 +72,7 @@ def test_wheel_trains_outside_the_repository(tmp_path):
 
     work = tmp_path / "work"  # a user's directory, outside the repository
     work.mkdir()
-    where = run([python, "-c", "import json, attnlab, attnlab.paths as p; "
+    where = run([python, "-c", "import json, attnlab, attnlab.core.paths as p; "
                  "print(json.dumps([attnlab.__file__, str(p.CONF_DIR), str(p.ROOT)]))"], cwd=work)
     print(where.stdout)  # the installed package's attnlab.__file__, not this checkout's (shown with -s)
     package_file, conf_dir, root = map(Path, json.loads(where.stdout.splitlines()[-1]))

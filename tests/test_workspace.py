@@ -1,4 +1,4 @@
-"""python -m attnlab.workspace: the W&B workspace reviewing a sweep, built offline from what the runs logged.
+"""python -m attnlab.cli.workspace: the W&B workspace reviewing a sweep, built offline from what the runs logged.
 
 The default tests build it from made-up runs (no training: the swept keys, the group-choice config keys, every
 kind of panel, no socket opened, the saved file loads back as the W&B view); tests/test_train.py's DDP sweep builds
@@ -17,8 +17,8 @@ from helpers import run_cli
 from workspace_checks import check_leet_opens, check_sweep_workspace
 
 from attnlab.analysis.attention_health import attention_health
-from attnlab.wandb_runs import OfflineRun
-from attnlab.workspace import (Job, Sweep, build_workspace, config_keys_for, main, named_keys, save, swept_keys)
+from attnlab.runs.wandb_runs import OfflineRun
+from attnlab.cli.workspace import Job, Sweep, build_workspace, config_keys_for, main, named_keys, save, swept_keys
 
 pytestmark = pytest.mark.filterwarnings("ignore:A test tried to use socket")
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnlab.paths import ROOT
-from attnlab.run_history import read_wandb_file, wandb_offline_runs
-from attnlab.utils.config import flatten
+from attnlab.core.paths import ROOT
+from attnlab.runs.history import read_wandb_file, wandb_offline_runs
+from attnlab.runs.config_tree import flatten
 
 
 def _no_network_prefix() -> list[str]:
@@ -68,7 +68,7 @@ def check_sweep_workspace(sweep: Path, grouped_by: dict[str, list[str]], n_runs:
     logged, are grouped by the config keys ``grouped_by`` expects, and have the review, curve, MFU/throughput and
     attention-map panels. Returns the saved definition."""
     pytest.importorskip("wandb_workspaces", reason="the wandb-workspaces extra (in dev) is not installed")
-    from attnlab.workspace import named_keys
+    from attnlab.cli.workspace import named_keys
 
     out = subprocess.run([*_no_network_prefix(), sys.executable, "-m", "attnlab.workspace", str(sweep)], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)

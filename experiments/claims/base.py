@@ -19,7 +19,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from attnlab.sweep_jobs import SweepJob, sweep_job_dirs
+from attnlab.runs.sweep_jobs import SweepJob, sweep_job_dirs
 
 VERDICTS = ("reproduced", "partly reproduced", "not reproduced")
 
@@ -44,7 +44,7 @@ def verdict_of_parts(*parts: bool) -> str:
 def interval_rule(diff: float, low: float | None, high: float | None, sign: int, bound: float = 0.0,
                   margin: float = 0.0) -> tuple[bool, bool]:
     """(holds, leans) of a difference claimed to lie on one side of ``bound`` (``sign`` +1: above, -1: below),
-    e.g. from :func:`attnlab.compare.welch` over the seeds. ``holds``: the whole interval lies on the claimed side
+    e.g. from :func:`attnlab.cli.compare.welch` over the seeds. ``holds``: the whole interval lies on the claimed side
     (significant at its confidence); ``leans``: the mean does. With one seed per setting there is no interval:
     ``holds`` then needs the point difference beyond ``bound`` by more than ``margin`` (the run-to-run noise the
     claim allows a single run). A claim's verdict: reproduced when its parts hold, partly when some lean."""
@@ -108,7 +108,7 @@ class Result:
 
 class Job(SweepJob):
     """One finished Hydra job (a run directory) of a claim's sweep: its overrides, group choices, config and seed
-    (read by :class:`attnlab.sweep_jobs.SweepJob`, shared with ``python -m attnlab.compare``), and what the claims
+    (read by :class:`attnlab.runs.sweep_jobs.SweepJob`, shared with ``python -m attnlab.compare``), and what the claims
     read from it."""
 
     @cached_property
@@ -182,10 +182,10 @@ class Context:
 
     def compare(self, by: str, metric: str, baseline: Any = None, command: int = 0, mode: str = "auto",
                 confidence: float = 0.95):
-        """Command ``command``'s settings of ``by`` over their seeds (:func:`attnlab.compare.compare`, the code of
+        """Command ``command``'s settings of ``by`` over their seeds (:func:`attnlab.cli.compare.compare`, the code of
         ``python -m attnlab.compare``): per setting n, mean ± std, and the difference to ``baseline`` with its
         interval and p-value."""
-        from attnlab.compare import compare
+        from attnlab.cli.compare import compare
 
         return compare(self.dir / str(command), by, metric, None if baseline is None else str(baseline), mode,
                        confidence, job_class=Job)

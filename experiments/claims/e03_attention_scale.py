@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from attnlab.analysis.lm_probes import attention_grad_norm, attention_stats, val_batch
+from attnlab.probes.language_model import attention_grad_norm, attention_stats, val_batch
 
 from .base import QUICK_LM, Claim, Context, Result, fmt, verdict_of_parts
 from .plots import curve, figure, grouped_bars, save

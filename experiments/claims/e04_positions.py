@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 
 from attnlab.analysis.equivariance import equivariance_error, shuffle_rows
-from attnlab.analysis.translation_eval import decode, test_batches
+from attnlab.probes.translation import decode, test_batches
 from attnlab.decoding import DecodingOptions
-from attnlab.translate import translate_lines
+from attnlab.cli.translate import translate_lines
 
 from .base import QUICK_MT, Claim, Context, Result, fmt, verdict
 from .plots import figure, grouped_bars, save

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from attnlab.analysis.lm_probes import greedy, lm_loss, val_batch
+from attnlab.probes.language_model import greedy, lm_loss, val_batch
 
 from .base import QUICK_LM, Claim, Context, Result, fmt, verdict_of_parts
 from .plots import curve, figure, grouped_bars, save

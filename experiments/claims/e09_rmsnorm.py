@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from statistics import mean
 
-from attnlab.compare import welch
+from attnlab.cli.compare import welch
 
 from .base import QUICK_LM, STEP_TIMES, Claim, Context, Result, fmt, interval, interval_rule, reading, verdict
 from .plots import figure, save

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from statistics import mean, stdev
 
-from attnlab.compare import welch
+from attnlab.cli.compare import welch
 
 from .base import QUICK_LM, Claim, Context, Result, fmt, interval, interval_rule, verdict
 from .plots import figure, save

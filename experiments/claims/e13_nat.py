@@ -10,7 +10,7 @@ speak twice as fast") and measures how long the outputs get relative to the refe
 
 from __future__ import annotations
 
-from attnlab.analysis.translation_eval import decode, score, test_batches
+from attnlab.probes.translation import decode, score, test_batches
 
 from .base import QUICK_MT, Claim, Context, Result, fmt, verdict_of_parts
 from .plots import figure, save

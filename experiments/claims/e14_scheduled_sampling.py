@@ -23,7 +23,7 @@ from statistics import mean
 import numpy as np
 import torch
 
-from attnlab.compare import welch
+from attnlab.cli.compare import welch
 from attnlab.data.parallel import bucket_names
 from attnlab.data.tokenizer import EOS_ID, PAD_ID
 

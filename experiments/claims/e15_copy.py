@@ -9,7 +9,7 @@ name is the only new thing. ``copy_test/name_copied`` is the share of outputs co
 
 from __future__ import annotations
 
-from attnlab.analysis.translation_eval import decode, test_batches
+from attnlab.probes.translation import decode, test_batches
 
 from .base import QUICK_MT, Claim, Context, Result, fmt, verdict
 from .plots import figure, grouped_bars, save

@@ -9,7 +9,7 @@ probable under the model than greedy's: each one is a sentence greedy got wrong 
 
 from __future__ import annotations
 
-from attnlab.analysis.translation_eval import decode, score, test_batches
+from attnlab.probes.translation import decode, score, test_batches
 
 from .base import Claim, Context, Result, fmt, verdict
 from .plots import figure, save

@@ -19,7 +19,7 @@ from statistics import mean
 
 import numpy as np
 
-from attnlab.compare import welch
+from attnlab.cli.compare import welch
 
 from .base import Claim, Context, Result, fmt, interval, interval_rule, reading, verdict
 from .plots import figure, grouped_bars, save

@@ -1,7 +1,7 @@
 """What a finished job trained, rebuilt for an analysis: its net at initialization, its checkpoint, its data.
 
-The measurements themselves are generic and live in the package (:mod:`attnlab.analysis.lm_probes`,
-:mod:`attnlab.analysis.translation_eval`); these loaders only know where a claim's :class:`~.base.Job` keeps things.
+The measurements themselves are generic and live in the package (:mod:`attnlab.probes.language_model`,
+:mod:`attnlab.probes.translation`); these loaders only know where a claim's :class:`~.base.Job` keeps things.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 import torch
 from omegaconf import OmegaConf
 
-from attnlab.paths import ROOT  # also sets ATTNLAB_ROOT, which a run's saved config resolves its cache dir against
+from attnlab.core.paths import ROOT  # also sets ATTNLAB_ROOT, which a run's saved config resolves its cache dir against
 
 from .base import Job
 
@@ -29,7 +29,7 @@ def load_run(job: Job):
 
     data = job.config.data  # read first: a saved config naming foreign code is refused before anything is built
 
-    from attnlab.checkpoints import load_task
+    from attnlab.runs.load import load_task
     from attnlab.tasks.translation import TranslationTask
 
     task, _ = load_task(job.checkpoint, TranslationTask, "translation")
@@ -56,7 +56,7 @@ def task_at_init(job: Job):
     """The LM job's task as train.py built it before the first step (same config, same seed), in eval mode."""
     import lightning as L
 
-    from attnlab.run_build import build_model
+    from attnlab.runs.build import build_model
 
     L.seed_everything(int(job.config.seed), verbose=False)
     return build_model(job.config.model).eval()
@@ -64,7 +64,7 @@ def task_at_init(job: Job):
 
 def trained_task(job: Job):
     """The LM job's task from its best checkpoint, in eval mode."""
-    from attnlab.checkpoints import load_task
+    from attnlab.runs.load import load_task
     from attnlab.tasks.causal_lm import CausalLMTask
 
     task, _ = load_task(job.checkpoint, CausalLMTask, "language-model")

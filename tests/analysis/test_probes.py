@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from attnlab.analysis.equivariance import equivariance_error, shuffle_rows
-from attnlab.analysis.translation_eval import score
+from attnlab.probes.translation import score
 
 
 class TokenwiseEncoder(torch.nn.Module):

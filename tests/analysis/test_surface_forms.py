@@ -1,6 +1,6 @@
 """The surface-form measurement draws numbers outside the training split and writes the forms a person types."""
 
-from attnlab.analysis.surface_forms import FORMS, held_out_integers, surface
+from attnlab.cli.surface_forms import FORMS, held_out_integers, surface
 from attnlab.data.numbers import english_words
 
 

@@ -10,7 +10,7 @@ import soundfile as sf
 import torch
 
 from attnlab.audio.features import MelConfig, MelExtractor, hz_to_mel, mel_filterbank
-from attnlab.errors import AudioFileError
+from attnlab.core.errors import AudioFileError
 from attnlab.audio.wav import read_wav, wav_data_sizes, write_wav
 
 SR = 22050

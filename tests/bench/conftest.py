@@ -3,7 +3,7 @@ whether pytest runs as ``pytest`` or ``python -m pytest`` (as tests/claims does 
 
 import sys
 
-from attnlab.paths import ROOT
+from attnlab.core.paths import ROOT
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))

@@ -7,7 +7,7 @@ import sys
 import pytest
 from helpers import run_bench_quick
 
-from attnlab.paths import ROOT
+from attnlab.core.paths import ROOT
 from preloaded_python import run as run_python
 
 

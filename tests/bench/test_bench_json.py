@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from attnlab.paths import ROOT
+from attnlab.core.paths import ROOT
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import sys
 import pytest
 from helpers import run_bench_quick
 
-from attnlab.paths import ROOT
+from attnlab.core.paths import ROOT
 from bench.__main__ import COMPARISONS
 from bench.common import fast_bf16
 from preloaded_python import run as run_python

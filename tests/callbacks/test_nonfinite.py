@@ -14,9 +14,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from attnlab.errors import NonFiniteLossError
+from attnlab.core.errors import NonFiniteLossError
 from attnlab.callbacks.nonfinite import NonFiniteGuard
-from attnlab.train import run
+from attnlab.cli.train import run
 
 N_BATCHES = 8
 

@@ -22,8 +22,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from attnlab.callbacks.preemption import PreemptionCheckpoint, preemption_signal
-from attnlab.paths import ROOT
-from attnlab.train import run
+from attnlab.core.paths import ROOT
+from attnlab.cli.train import run
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ def test_a_run_saved_with_richs_bar_still_loads(tmp_path):
     import hydra
     from omegaconf import OmegaConf
 
-    from attnlab.allowed_targets import load_config
+    from attnlab.checkpoints.allowed_targets import load_config
 
     path = tmp_path / "config.yaml"
     OmegaConf.save({"callbacks": {"rich_progress_bar": {"_target_": "lightning.pytorch.callbacks.RichProgressBar"}}},

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.paths import ROOT
+from attnlab.core.paths import ROOT
 from preloaded_python import run as run_python
 
 # experiments/ is a top-level folder of the repository, importable from its root (as `python -m experiments.claims`

@@ -12,7 +12,7 @@ import pytest
 
 from experiments.claims import all_claims
 from experiments.claims.base import VERDICTS
-from attnlab.paths import ROOT
+from attnlab.core.paths import ROOT
 from preloaded_python import run as run_python
 
 

@@ -11,7 +11,7 @@ import pytest
 from nbclient import NotebookClient
 
 from experiments.claims import all_claims
-from attnlab.paths import ROOT
+from attnlab.core.paths import ROOT
 
 NOTEBOOKS = ROOT / "notebooks"
 

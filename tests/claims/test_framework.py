@@ -17,7 +17,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.global_hydra import GlobalHydra
 
-from attnlab.paths import CONF_DIR, ROOT
+from attnlab.core.paths import CONF_DIR, ROOT
 from experiments.claims import Claim, Result, all_claims, get_claim, normalize_id
 from experiments.claims.base import interval_rule, verdict, verdict_of_parts
 from experiments.claims.report import render

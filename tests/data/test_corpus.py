@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from attnlab.data.corpus import pydoc_text, read_text_file
-from attnlab.errors import DataError, DataFileNotFoundError, UserError
+from attnlab.core.errors import DataError, DataFileNotFoundError, UserError
 
 
 def test_pydoc_text_is_large_english_and_deterministic():

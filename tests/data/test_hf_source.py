@@ -11,11 +11,11 @@ import pytest
 import torch
 from helpers import compose_train, run_cli
 
-from attnlab.errors import ConfigError, DataError, DataFileNotFoundError
+from attnlab.core.errors import ConfigError, DataError, DataFileNotFoundError
 from attnlab.data.hf_source import hf_pairs, iter_text, load_hf
 from attnlab.data.lm_datamodule import LMDataModule
 from attnlab.data.translation_datamodule import TranslationDataModule
-from attnlab.utils.validate import validate_config
+from attnlab.runs.validate import validate_config
 
 datasets = pytest.importorskip("datasets")
 

@@ -16,7 +16,7 @@ from attnlab.data.normalization import TextNormalization, corpus_lower_words
 from attnlab.data.numbers import HELD_OUT_NAMES, english_words, target_words
 from attnlab.data.tokenizer import BPETokenizer, bpe_cache_path, train_or_load_bpe
 from attnlab.data.translation_datamodule import TranslationDataModule, encode_sources
-from attnlab.errors import ConfigError
+from attnlab.core.errors import ConfigError
 
 SMALL = dict(train_size=600, val_size=80, test_size=80, vocab_size=1024, seq_len=64, seed=0)
 
@@ -152,7 +152,7 @@ def test_replace_joins_spoken_compounds_and_the_config_says_what_the_code_does()
     from omegaconf import OmegaConf
 
     from attnlab.data.translation_datamodule import DEFAULT_NORMALIZATION
-    from attnlab.paths import ROOT
+    from attnlab.core.paths import ROOT
 
     yaml_spec = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "data" / "numbers.yaml").normalize)
     assert TextNormalization.from_config(yaml_spec) == TextNormalization.from_config(DEFAULT_NORMALIZATION["numbers"])

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from attnlab.errors import ConfigError, DataError, DataFileNotFoundError
+from attnlab.core.errors import ConfigError, DataError, DataFileNotFoundError
 from attnlab.data.parallel import (
     Pair,
     bucket_names,

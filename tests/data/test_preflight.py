@@ -1,4 +1,4 @@
-"""train.py's read of the data files before torch (attnlab.data.preflight.check_data) says, for every bad file of
+"""train.py's read of the data files before torch (attnlab.runs.data_check.check_data) says, for every bad file of
 every data option, exactly what the data module says for the same file: both are called on it, in-process, and
 their one-line refusals compared (same class, same message). That they agree on every case is what shows the rule
 lives in one reader, not in two copies. Good files pass both; a file the data module never reads is never judged.
@@ -21,12 +21,12 @@ from helpers import compose_train
 from omegaconf import OmegaConf
 from vision_helpers import write_tiny_cifar
 
-import attnlab.data.preflight as preflight
+import attnlab.runs.data_check as preflight
 from attnlab.audio.wav import write_wav
 from attnlab.data.ljspeech import write_ljspeech
-from attnlab.data.preflight import CHECKS, GENERATED, HF_TARGET, check_data
-from attnlab.errors import UserError, find_user_error
-from attnlab.paths import CONF_DIR
+from attnlab.runs.data_check import CHECKS, GENERATED, HF_TARGET, check_data
+from attnlab.core.errors import UserError, find_user_error
+from attnlab.core.paths import CONF_DIR
 
 pytest.importorskip("datasets")
 
@@ -252,7 +252,7 @@ def test_the_preflight_imports_neither_torch_nor_lightning(bad, bases):
     """Every reader the preflight runs is torch-free (``datasets`` for data=hf only): what makes a refusal cheap."""
     configs = [(_data(bases[option], values, bad), OPTIONS[option][1]) for option, values in GOOD]
     code = ("import json, sys\n"
-            "from attnlab.data.preflight import check_data\n"
+            "from attnlab.runs.data_check import check_data\n"
             "for data, model in json.loads(sys.stdin.read()):\n"
             "    check_data(data, model)\n"
             "print(' '.join(m for m in ('torch', 'lightning') if m in sys.modules) or 'neither')\n")

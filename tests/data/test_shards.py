@@ -18,7 +18,7 @@ from torch.utils.data import DistributedSampler
 import attnlab.data.lm_datamodule as lmdm
 import attnlab.data.shards as shards
 from attnlab.data.corpus import pydoc_text
-from attnlab.errors import DataError, DataFileNotFoundError
+from attnlab.core.errors import DataError, DataFileNotFoundError
 from attnlab.data.loading import StridedSampler
 from attnlab.data.normalization import TextNormalization
 from attnlab.data.shards import TokenStream, build_shards, read_manifest
@@ -248,7 +248,7 @@ def test_train_py_on_a_folder_trains_from_its_shards(tmp_path, cache_dir):
     """``python train.py model=causal_lm data=text_file data.path=<folder> debug=fast``, composed as train.py does."""
     from helpers import compose_train
 
-    from attnlab.train import run
+    from attnlab.cli.train import run
 
     d = tmp_path / "books"
     d.mkdir()

@@ -16,7 +16,7 @@ from attnlab.data.characters import CharVocab
 from attnlab.data.espeak_corpus import corpus_sentences, ensure_espeak_corpus, pydoc_sentences
 from attnlab.data.ljspeech import read_metadata
 from attnlab.data.speech_datamodule import EspeakDataModule, SpeechDataModule
-from attnlab.errors import ConfigError, CorpusError
+from attnlab.core.errors import ConfigError, CorpusError
 
 N_UTT = 16
 
@@ -142,7 +142,7 @@ def test_reader_refuses_wrong_rate_stereo_missing_and_malformed(broken):
 
 
 def test_reader_refuses_a_truncated_wav_and_non_utf8_metadata(broken):
-    from attnlab.errors import UserError
+    from attnlab.core.errors import UserError
 
     entries = read_metadata(broken)
     wav = entries[3].wav

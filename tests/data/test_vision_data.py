@@ -9,7 +9,13 @@ from vision_helpers import CLASSES, write_tiny_cifar
 from attnlab.data.cifar10 import CIFAR10DataModule, download_cifar10, load_cifar10, read_batch
 from attnlab.data.digits import DigitsDataModule
 from attnlab.data.images import RandomCrop, RandomHorizontalFlip, RepeatedDataset, stratified_split
-from attnlab.errors import CIFAR10DownloadError, CIFAR10FormatError, ConfigError, DataFileNotFoundError, UserError
+from attnlab.core.errors import (
+    CIFAR10DownloadError,
+    CIFAR10FormatError,
+    ConfigError,
+    DataFileNotFoundError,
+    UserError,
+)
 
 
 # --- digits ------------------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from test_safe_checkpoints import FIXTURES, cli
 
 from attnlab.explorer.record import dequantize
 from attnlab.families import families, for_net, get
-from attnlab.paths import ROOT
+from attnlab.core.paths import ROOT
 
 # What each kind of explorer input (a family's ``explorer_input``) is run on: options, the page's view family, and a
 # module the page must hold.
@@ -73,7 +73,7 @@ def make_checkpoint(model: str, overrides, folder: Path, cache_dir: str) -> Path
     import hydra
     import lightning as L
 
-    from attnlab.run_build import build_model
+    from attnlab.runs.build import build_model
 
     family = get(model)
     cfg = compose_train([f"model={model}", "debug=fast", *family.test_overrides, *overrides], folder, cache_dir)
@@ -88,7 +88,7 @@ def make_checkpoint(model: str, overrides, folder: Path, cache_dir: str) -> Path
 
 
 def test_every_explorer_input_has_its_function_and_a_case():
-    from attnlab.explorer.inputs import INPUTS
+    from attnlab.cli.explore_inputs import INPUTS
     from attnlab.families import EXPLORER_INPUTS
 
     assert set(INPUTS) == set(EXPLORER_INPUTS) == set(KINDS)
@@ -136,7 +136,7 @@ def check_audio(uri: str) -> float:
 
 
 def load(ckpt):
-    from attnlab.checkpoints import load_task
+    from attnlab.runs.load import load_task
 
     return load_task(FIXTURES / ckpt, "attnlab.tasks.base.Task", "attnlab")
 
@@ -160,7 +160,7 @@ def test_every_family_page(case, tmp_path, image, browser, checkpoints):
     """Every family's checkpoint, through what the entry point calls (in-process: one load each): the stored maps
     match their labels and are attention rows, the family's view is there, and the page works in the browser."""
     from attnlab.explorer import write_page
-    from attnlab.explorer.inputs import record_for_input
+    from attnlab.cli.explore_inputs import record_for_input
 
     model, ckpt, options, family, module = CASES[case]
     kw = dict(o.format(image=image).split("=", 1) for o in options)
@@ -255,10 +255,10 @@ def test_bad_input_is_a_user_error(options, ckpt, message, tmp_path, image, chec
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from attnlab.errors import UserError
-    from attnlab.explore import check_options
-    from attnlab.explorer.inputs import record_for_input
-    from attnlab.paths import CONF_DIR
+    from attnlab.core.errors import UserError
+    from attnlab.cli.explore import check_options
+    from attnlab.cli.explore_inputs import record_for_input
+    from attnlab.core.paths import CONF_DIR
 
     path = checkpoints(*CKPTS[ckpt])
     options = bad_options(options, tmp_path, image) + [f"ckpt={path}"]

@@ -25,7 +25,7 @@ from attnlab.callbacks.attention_maps import AttentionMapCallback
 from attnlab.explorer.record import natural_key
 from attnlab.families import families
 from attnlab.modules.attention import capture_attention
-from attnlab.run_build import build_model
+from attnlab.runs.build import build_model
 from browser_page import chromium, missing, open_page
 from helpers import compose_train
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from attnlab.explorer import ExplorerRecord, write_page
-from attnlab.explorer.views import speech_view
+from attnlab.plots.views import speech_view
 from attnlab.tasks.protocols import AttentionSample
 from browser_page import chromium, missing, open_page
 

@@ -10,7 +10,7 @@ import torch
 from attnlab.audio.espeak import ESpeak
 from attnlab.audio.features import MelExtractor
 from attnlab.data.characters import CharVocab
-from attnlab.special_tokens import CHAR_EOS_ID as EOS_ID
+from attnlab.core.special_tokens import CHAR_EOS_ID as EOS_ID
 from attnlab.data.speech_datamodule import collate_speech
 from attnlab.decoding.tts import TTSStepper, generate_mel
 from attnlab.models.tts import TransformerTTS

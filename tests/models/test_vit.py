@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from attnlab.errors import ConfigError, UserError
+from attnlab.core.errors import ConfigError, UserError
 from attnlab.models.vit import PatchEmbedding, VisionTransformer
 from attnlab.modules.positional import sinusoidal_table_2d
 from attnlab.modules.block import EncoderBlock

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.errors import ConfigError, UserError
+from attnlab.core.errors import ConfigError, UserError
 from attnlab.modules.attention import KVCache, MultiHeadAttention
 from attnlab.modules.positional import ALiBi, RotaryEmbedding
 

@@ -14,7 +14,7 @@ from attnlab.modules.attention import capture_attention
 from attnlab.modules.norm import SequenceBatchNorm
 from attnlab.modules.parts import BlockParts, load_part
 from attnlab.modules.stack import build_layer
-from attnlab.run_build import build_model
+from attnlab.runs.build import build_model
 
 from helpers import compose_train
 

@@ -8,7 +8,7 @@ import torch
 from helpers import compose_train
 
 from attnlab.modules.feedforward import FeedForward
-from attnlab.paths import CONF_DIR
+from attnlab.core.paths import CONF_DIR
 from attnlab.tasks.base import build_net
 
 TINY = ["model=causal_lm", "model.net.d_model=16", "model.net.n_layers=3", "model.net.n_heads=2",

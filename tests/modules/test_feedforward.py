@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from attnlab.modules.feedforward import FeedForward, ffn_hidden_dim
-from attnlab.errors import PartError
+from attnlab.core.errors import PartError
 from attnlab.modules.parts import load_part, resolve_part
 
 GATED = {"relu": False, "gelu": False, "swiglu": True, "geglu": True}

@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 from attnlab.modules.norm import RMSNorm
-from attnlab.errors import PartError
+from attnlab.core.errors import PartError
 from attnlab.modules.parts import load_part, resolve_norm
-from attnlab.paths import CONF_DIR
+from attnlab.core.paths import CONF_DIR
 
 
 def build_norm(option: str, dim: int, **layer) -> nn.Module:

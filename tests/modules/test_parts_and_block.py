@@ -14,7 +14,7 @@ from attnlab.modules.block import DecoderBlock, DecoderCache, EncoderBlock
 from attnlab.modules.feedforward import FeedForward
 from attnlab.modules.moe import MixtureOfExperts
 from attnlab.modules.norm import RMSNorm
-from attnlab.errors import PartError
+from attnlab.core.errors import PartError
 from attnlab.modules.parts import BlockParts, Norm, load_part, resolve_norm, resolve_part
 from attnlab.modules.positional import RotaryEmbedding
 from attnlab.modules.stack import TransformerStack, build_layer, build_stack

@@ -9,7 +9,7 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from attnlab.errors import ConfigError, UserError
+from attnlab.core.errors import ConfigError, UserError
 from attnlab.modules.attention import MultiHeadAttention
 from attnlab.modules.positional import (
     ALiBi,

@@ -25,13 +25,23 @@ from bad_values import Case, apply
 from helpers import compose_train
 from omegaconf import OmegaConf
 
-from attnlab.errors import ConfigError, SettingError
+from attnlab.core.errors import ConfigError, SettingError
 from attnlab.modules.settings import PART_SETTINGS, Factory, PositionSettings, Settings, position_kind
-from attnlab.paths import CONF_DIR, PACKAGE_DIR
+from attnlab.core.paths import CONF_DIR, PACKAGE_DIR
 from attnlab.tasks.masking import MaskingSettings
-from attnlab.utils.validate import config_problems, validate_config
-from attnlab.value_checks import (Boolean, NonNegativeInt, NonNegativeNumber, OneOf, Optional, PositiveInt,
-                                  PositiveNumber, Probability, UnitInterval, show)
+from attnlab.runs.validate import config_problems, validate_config
+from attnlab.core.value_checks import (
+    Boolean,
+    NonNegativeInt,
+    NonNegativeNumber,
+    OneOf,
+    Optional,
+    PositiveInt,
+    PositiveNumber,
+    Probability,
+    UnitInterval,
+    show,
+)
 
 ALL_SETTINGS: list[type[Settings]] = [*PART_SETTINGS.values(), MaskingSettings]
 HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
@@ -98,7 +108,7 @@ def test_every_option_as_shipped_makes_its_settings(group, option):
 
 def test_importing_the_settings_imports_no_torch_hydra_or_lightning():
     """validate_config builds them before train.py imports torch: a refused value answers in about a second."""
-    code = ("import sys, attnlab.modules.settings, attnlab.tasks.masking, attnlab.value_checks\n"
+    code = ("import sys, attnlab.modules.settings, attnlab.tasks.masking, attnlab.core.value_checks\n"
             "print(' '.join(m for m in ('torch', 'hydra', 'lightning') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], text=True, capture_output=True, check=True)
     assert out.stdout.strip() == ""

@@ -12,10 +12,10 @@ import torch.nn.functional as F
 from helpers import compose_train
 from omegaconf import OmegaConf, open_dict
 
-from attnlab.allowed_targets import UnsafeTargetError, check_targets
+from attnlab.checkpoints.allowed_targets import UnsafeTargetError, check_targets
 from attnlab.optim import build_lr_schedule, build_optimizer
-from attnlab.paths import CONF_DIR
-from attnlab.run_build import build_model
+from attnlab.core.paths import CONF_DIR
+from attnlab.runs.build import build_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

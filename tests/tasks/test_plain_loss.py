@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from helpers import compose_train
 
-from attnlab.special_tokens import PAD_ID
-from attnlab.run_build import build_model
+from attnlab.core.special_tokens import PAD_ID
+from attnlab.runs.build import build_model
 
 TRANSLATION = ["transformer_mt", "transformer_nat", "seq2seq_attention"]
 

@@ -21,7 +21,7 @@ from attnlab.tasks.translation import TranslationTask
 from attnlab.tasks.translation_nat import NATTranslationTask
 from attnlab.tasks.tts import TTSTask
 from attnlab.tasks.vit import ImageClassificationTask
-from attnlab.run_build import build_model
+from attnlab.runs.build import build_model
 
 TASKS = [CausalLMTask, ClassificationTask, ImageClassificationTask, SequenceClassificationTask, TranslationTask,
          NATTranslationTask, TTSTask]

@@ -14,8 +14,8 @@ import sys
 import pytest
 import torch
 
-from attnlab.paths import ROOT
-from attnlab.utils.checkpoint_io import AtomicCheckpointIO
+from attnlab.core.paths import ROOT
+from attnlab.files.checkpoint_io import AtomicCheckpointIO
 from preloaded_python import run as run_python
 
 RUN = ["model=causal_lm", "debug=fast", "logger=csv", "callbacks.rich_progress_bar=null",

@@ -1,4 +1,4 @@
-from attnlab.utils import hardware
+from attnlab.runs import hardware
 
 
 def test_bf16_warning_only_on_cpus_without_native_bf16(monkeypatch):

@@ -8,7 +8,7 @@ from helpers import compose_train
 from omegaconf import OmegaConf
 
 from attnlab.families import model_names
-from attnlab.utils.model_memory import BUILT_UP_TO_LAYERS, _count_built, count_parameters
+from attnlab.runs.model_memory import BUILT_UP_TO_LAYERS, _count_built, count_parameters
 
 
 @pytest.mark.parametrize("model", model_names())

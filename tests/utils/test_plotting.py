@@ -3,7 +3,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from attnlab.utils.plotting import attention_heatmap_figure, figure_to_array, save_figure
+from attnlab.plots.figures import attention_heatmap_figure, figure_to_array, save_figure
 
 
 def _weights(h=3, tq=5, tk=6):

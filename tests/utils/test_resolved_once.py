@@ -8,8 +8,8 @@ from helpers import compose_train
 from omegaconf import OmegaConf
 
 from attnlab.families import families
-from attnlab.utils.config import print_config_tree
-from attnlab.utils.validate import validate_config
+from attnlab.runs.config_tree import print_config_tree
+from attnlab.runs.validate import validate_config
 
 
 @pytest.mark.parametrize("family", families(), ids=lambda f: f.name)

@@ -1,4 +1,4 @@
-"""A finished run's last lines (attnlab.utils.run_summary) for every family: the folder, last.ckpt, the explorer
+"""A finished run's last lines (attnlab.runs.summary) for every family: the folder, last.ckpt, the explorer
 page and the next commands, whose paths read back exactly through the shell and Hydra's override parser. Through
 train.py: tests/test_first_hour.py."""
 
@@ -12,9 +12,9 @@ from helpers import compose_train
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from attnlab.families import families
-from attnlab.paths import ROOT
-from attnlab.utils.run_summary import entry, summary_lines
-from attnlab.utils.sweep import setting_overrides
+from attnlab.core.paths import ROOT
+from attnlab.runs.summary import entry, summary_lines
+from attnlab.runs.sweep import setting_overrides
 
 SERVES = {"translate.py": "translate", "generate.py": "generate", "synthesize.py": "synthesize",
           "train.py ckpt_path=... train=false": "test"}

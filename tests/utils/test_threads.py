@@ -1,4 +1,4 @@
-"""The torch-threads rule (attnlab.utils.threads) as a pure function over (cores, load, running processes, the
+"""The torch-threads rule (attnlab.runs.threads) as a pure function over (cores, load, running processes, the
 user's settings, DDP ranks); and what apply() sets. train.py's line: tests/test_first_hour.py."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import os
 import pytest
 import torch
 
-from attnlab.utils import threads
-from attnlab.utils.threads import BUSY_FROM, Machine, choose
+from attnlab.runs import threads
+from attnlab.runs.threads import BUSY_FROM, Machine, choose
 
 CORES = (1, 2, 4, 16)
 LOADS = (0.0, 0.2, 0.35, 1.0, 2.3, 7.0)

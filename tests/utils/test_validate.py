@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from helpers import compose_train
 
-from attnlab.paths import CONF_DIR
-from attnlab.errors import ConfigError
-from attnlab.utils.validate import PRECISIONS, config_problems, validate_config
+from attnlab.core.paths import CONF_DIR
+from attnlab.core.errors import ConfigError
+from attnlab.runs.validate import PRECISIONS, config_problems, validate_config
 
 
 def names(group: str) -> list[str]:

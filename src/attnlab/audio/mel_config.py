@@ -1,5 +1,5 @@
 """The numbers the log-mel features depend on (:mod:`attnlab.audio.features` computes them), torch-free: the speech
-data's files are read at its sample rate before train.py imports Lightning (:mod:`attnlab.data.preflight`)."""
+data's files are read at its sample rate before train.py imports Lightning (:mod:`attnlab.runs.data_check`)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic_files import write_atomic
-from ..errors import AudioFileError
+from ..files.atomic import write_atomic
+from ..core.errors import AudioFileError
 
 
 def write_wav(path: str | Path, wave, sample_rate: int) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import lightning as L
 
-from ..atomic_files import write_atomic
+from ..files.atomic import write_atomic
 from ..tasks.protocols import DistanceRecordSource
 from .media import run_dir
 

@@ -32,7 +32,7 @@ In ``on_validation_epoch_end``, on global rank zero only, never during the sanit
 the explicit path of every :class:`~attnlab.modules.attention.MultiHeadAttention` for that one pass and restores
 ``return_weights`` afterwards, so training steps keep the fused SDPA path. For each captured module (sorted by
 name, at most ``max_layers``) it draws the first sample's heads (at most ``max_heads``, at most ``max_tokens``
-queries and keys) with :func:`attnlab.utils.plotting.attention_heatmap_figure`, writes
+queries and keys) with :func:`attnlab.plots.figures.attention_heatmap_figure`, writes
 
     ``<dirpath or trainer.default_root_dir/dirname>/epoch{E:03d}-step{S:06d}/<module_name>.png``
 
@@ -71,8 +71,8 @@ from lightning.pytorch.utilities import move_data_to_device, rank_zero_warn
 from ..modules.attention import capture_attention
 from ..tasks.protocols import (AttentionSample, AttentionSource, ExplorerViewSource, ListeningSampleSource,
                                RendersAttention)
-from ..errors import at_least
-from ..utils.plotting import attention_heatmap_figure, file_stem, save_figure
+from ..core.errors import at_least
+from ..plots.figures import attention_heatmap_figure, file_stem, save_figure
 from .media import log_image, run_dir, wandb_loggers
 
 __all__ = ["AttentionMapCallback"]
@@ -262,7 +262,7 @@ class AttentionMapCallback(L.Callback):
         """The listening sample's audio, compact (8-bit mu-law, 16 kHz). The task computes the sample once per
         step, so with the tts_samples callback on (the default) this reuses its synthesis: only the encoding is
         added here."""
-        from ..explorer.views import audio_note
+        from ..plots.views import audio_note
 
         ls = pl_module.listening_sample()
         return audio_note(ls.wave, ls.sample_rate, f"{ls.text!r}: free-running, Griffin-Lim")

@@ -15,7 +15,7 @@ from pathlib import Path
 import lightning as L
 
 from ..tasks.protocols import ConfusionSource
-from ..utils.plotting import save_figure
+from ..plots.figures import save_figure
 from .media import log_image, run_dir, writes_now
 
 
@@ -38,7 +38,7 @@ class ConfusionMatrixCallback(L.Callback):
         result = pl_module.confusion_result(stage)
         if result is None:
             return
-        from ..utils.vision_plots import confusion_matrix_figure
+        from ..plots.vision import confusion_matrix_figure
 
         fig = confusion_matrix_figure(result.matrix, result.class_names, title=title)
         path = save_figure(fig, run_dir(trainer) / self.dirname / f"{stem}.png")

@@ -1,8 +1,8 @@
 """Every checkpoint records where training stood; a run resumed from it continues from exactly there.
 
 Added to every run by ``train.py`` (like Lightning's own checkpointing, it is not a callback one chooses): on saving
-it stores :func:`attnlab.loop_position.record` in the checkpoint; on loading it rewrites Lightning's loop counters
-into a state whose restart Lightning gets right (:func:`attnlab.loop_position.rewrite_loops`), tells a data module
+it stores :func:`attnlab.checkpoints.loop_position.record` in the checkpoint; on loading it rewrites Lightning's loop counters
+into a state whose restart Lightning gets right (:func:`attnlab.checkpoints.loop_position.rewrite_loops`), tells a data module
 with :class:`~attnlab.data.loading.MidEpochResume` where its epoch continues, and, when training continues at the
 start of an epoch, clears the "restarting" flag that Lightning forces whenever ``max_steps`` is set (its restart
 branch would run that epoch's end again instead of training it). See docs/reliability.md, "Exact resume".
@@ -16,7 +16,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from .. import loop_position
+from ..checkpoints import loop_position
 
 log = logging.getLogger(__name__)
 

@@ -78,7 +78,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from ..errors import NonFiniteLossError, at_least
+from ..core.errors import NonFiniteLossError, at_least
 
 __all__ = ["NonFiniteGuard", "NonFiniteLossError"]
 

@@ -74,9 +74,9 @@ from typing import Any, Sequence
 
 import lightning as L
 import torch
-from ..atomic_files import write_atomic
-from ..quoting import shell_override
-from ..errors import at_least
+from ..files.atomic import write_atomic
+from ..core.quoting import shell_override
+from ..core.errors import at_least
 
 __all__ = ["PreemptionCheckpoint", "TestInterrupted", "preemption_signal"]
 

@@ -22,7 +22,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import ProgressBar, RichProgressBar
 
-from ..choices import PROGRESS_STYLES
+from ..core.choices import PROGRESS_STYLES
 
 log = logging.getLogger(__name__)
 

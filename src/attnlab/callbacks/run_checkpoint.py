@@ -3,7 +3,7 @@
 Lightning 2.6's ``ModelCheckpoint`` rewrites ``last.ckpt`` only when it also saved a top-k checkpoint, i.e. only
 when the monitored metric improved: after a worse epoch ``last.ckpt`` keeps an older state, ``resume=`` retrains
 from there and ``ckpt=.../last.ckpt`` serves old weights. And by default it saves at the end of the validation,
-inside the epoch's training loop, a point whose restart Lightning gets wrong (see :mod:`attnlab.loop_position`).
+inside the epoch's training loop, a point whose restart Lightning gets wrong (see :mod:`attnlab.checkpoints.loop_position`).
 
 Here, at the end of every training epoch (after its validation, when every other callback's epoch-end hook ran):
 
@@ -19,7 +19,7 @@ killed in between is repaired when it is resumed from that ``last.ckpt``: the mi
 file removed, so the resumed run ends with the same set of checkpoints as one run straight.
 
 The file paths in a checkpoint's state are input (a run folder is copied, moved, shared): each is used only as a
-plain ``.ckpt`` name inside the folder the checkpoint was written to (:func:`attnlab.folder_paths.name_in`), and
+plain ``.ckpt`` name inside the folder the checkpoint was written to (:func:`attnlab.files.folder_paths.name_in`), and
 then as that name in this run's checkpoint folder. A checkpoint resumed from this folder (``resume=``, or a run
 folder moved or copied before it was resumed) keeps its top-k bookkeeping there; one from another folder
 (``ckpt_path=`` of another run) starts it afresh, so nothing of the other run's folder is tested, copied or
@@ -41,9 +41,9 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from .. import loop_position
-from ..atomic_files import write_atomic
-from ..folder_paths import CHECKPOINT_PATH_FIELDS, name_in
+from ..checkpoints import loop_position
+from ..files.atomic import write_atomic
+from ..files.folder_paths import CHECKPOINT_PATH_FIELDS, name_in
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
-"""Stops a run at the next batch once its log file could not be written (a full disk): see attnlab.log_file."""
+"""Stops a run at the next batch once its log file could not be written (a full disk): see attnlab.files.log_file."""
 
 from __future__ import annotations
 
 import lightning as L
 
-from ..log_file import raise_if_failed
+from ..files.log_file import raise_if_failed
 
 
 class RunLogCheck(L.Callback):

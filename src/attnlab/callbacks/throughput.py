@@ -47,7 +47,7 @@ from typing import Any, Callable
 import lightning as L
 import torch
 import torch.nn.functional as F
-from ..errors import at_least
+from ..core.errors import at_least
 
 __all__ = ["ThroughputMonitor", "measure_matmul_peak", "precision_dtype"]
 

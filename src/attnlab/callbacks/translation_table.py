@@ -15,10 +15,10 @@ from pathlib import Path
 
 import lightning as L
 
-from ..atomic_files import write_atomic
+from ..files.atomic import write_atomic
 from ..tasks.protocols import TranslationRow, TranslationTableSource
 from .media import run_dir, wandb_loggers, writes_now
-from ..errors import at_least
+from ..core.errors import at_least
 
 COLUMNS = ["source", "reference", "hypothesis"]
 

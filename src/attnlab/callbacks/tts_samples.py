@@ -20,7 +20,7 @@ import lightning as L
 
 from ..audio.wav import write_wav
 from ..tasks.protocols import ListeningSampleSource
-from ..utils.plotting import save_figure
+from ..plots.figures import save_figure
 from .media import run_dir, step_caption, wandb_loggers, writes_now
 
 
@@ -37,7 +37,7 @@ class TTSSamplesCallback(L.Callback):
 
     @staticmethod
     def write(trainer: L.Trainer, pl_module: ListeningSampleSource, out_dir: Path, stem: str) -> list[Path]:
-        from ..utils.tts_plots import alignment_figure, mel_figure
+        from ..plots.tts import alignment_figure, mel_figure
 
         sample = pl_module.listening_sample()
         text, step = sample.text, step_caption(trainer)

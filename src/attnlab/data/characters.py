@@ -5,7 +5,7 @@ Text is lower-cased and its whitespace collapsed (``normalize_text``); any chara
 (LJSpeech/eSpeak data) and ``synthesize`` read text through the identical function, and a checkpoint needs no
 stored normalizer (unlike the BPE tokenizers, see ``normalization.py``).
 
-The alphabet and its ids are in :mod:`attnlab.special_tokens` (the model reads them too). ``<eos>`` is never
+The alphabet and its ids are in :mod:`attnlab.core.special_tokens` (the model reads them too). ``<eos>`` is never
 produced by ``encode``: the TTS model appends it after each text itself when built with ``text_eos`` (ESPnet's
 convention, see :mod:`attnlab.models.tts`).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from ..special_tokens import CHAR_EOS_ID, CHAR_PAD_ID, CHAR_SYMBOLS, CHAR_UNK_ID, char_text
+from ..core.special_tokens import CHAR_EOS_ID, CHAR_PAD_ID, CHAR_SYMBOLS, CHAR_UNK_ID, char_text
 
 
 def normalize_text(text: str) -> str:

@@ -27,7 +27,7 @@ from .cifar10_files import (  # noqa: F401 - the file functions' old home: calle
     read_meta,
 )
 from .images import ImageClassificationDataModule, stratified_split
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 
 class CIFAR10DataModule(ImageClassificationDataModule):

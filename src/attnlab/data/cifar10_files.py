@@ -1,6 +1,6 @@
 """CIFAR-10's python batches on disk (``cifar-10-batches-py/``): finding, reading and downloading them.
 
-Torch-free, so that ``train.py`` reads the files before it imports Lightning (:mod:`attnlab.data.preflight`), through
+Torch-free, so that ``train.py`` reads the files before it imports Lightning (:mod:`attnlab.runs.data_check`), through
 the very functions the data module (:mod:`attnlab.data.cifar10`) reads them with.
 
 The folder holds ``data_batch_1`` … ``data_batch_5`` (50,000 training images), ``test_batch`` (10,000) and
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CIFAR10DownloadError, CIFAR10FormatError, DataFileNotFoundError
+from ..core.errors import CIFAR10DownloadError, CIFAR10FormatError, DataFileNotFoundError
 
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"

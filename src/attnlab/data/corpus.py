@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from ..errors import DataError, DataFileNotFoundError
+from ..core.errors import DataError, DataFileNotFoundError
 
 # Fixed, sorted list of stdlib modules whose docstrings may be appended for extra text.
 # Only modules present on every platform; the text still varies across Python versions,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .images import ImageClassificationDataModule, stratified_split
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 DIGITS_SIZE = 8
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .hf_source import HF_DATA_MODULES
 
 

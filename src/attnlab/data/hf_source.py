@@ -26,8 +26,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..atomic_files import reported
-from ..errors import ConfigError, DataError, DataFileNotFoundError
+from ..files.atomic import reported
+from ..core.errors import ConfigError, DataError, DataFileNotFoundError
 from .parallel import DEFAULT_BUCKET_EDGES, Pair, length_bucket
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from attnlab.errors import ConfigError
+from ..core.errors import ConfigError
 from attnlab.data.loading import EpochDataLoader, FrozenEpochSampler, MidEpochResume, mix64, shuffled_sampler
 
 

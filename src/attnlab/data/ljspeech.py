@@ -4,7 +4,7 @@ corpus generator (``data=espeak``), so the same reader serves both.
 
 Every problem with the folder is one line naming the file (and line): a missing folder, metadata or WAV; a
 malformed metadata line; stereo audio; another sample rate (see :func:`attnlab.audio.wav.read_wav`). Torch-free:
-train.py reads a corpus through these functions before it imports Lightning (:mod:`attnlab.data.preflight`), the data
+train.py reads a corpus through these functions before it imports Lightning (:mod:`attnlab.runs.data_check`), the data
 module (:mod:`attnlab.data.speech_datamodule`) through the same ones after.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from ..audio.wav import read_wav, write_wav
-from ..errors import AudioFileError, CorpusError
-from ..folder_paths import plain_name
+from ..core.errors import AudioFileError, CorpusError
+from ..files.folder_paths import plain_name
 from .characters import CharVocab
 
 METADATA = "metadata.csv"

@@ -2,7 +2,7 @@
 shards are cached, and a read of their text as the shards will read it.
 
 Torch-free: train.py reads a corpus through these functions before it imports Lightning
-(:mod:`attnlab.data.preflight`); the data module (:mod:`attnlab.data.lm_datamodule`) tokenizes it through the same.
+(:mod:`attnlab.runs.data_check`); the data module (:mod:`attnlab.data.lm_datamodule`) tokenizes it through the same.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from . import tokenizer as tokmod
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .corpus import pydoc_text
 from .hf_source import text_column_file
 from .normalization import TextNormalization

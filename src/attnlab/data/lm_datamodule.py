@@ -25,7 +25,7 @@ from tokenizers import Tokenizer, models
 from torch.utils.data import DataLoader, Dataset
 
 from attnlab.data import tokenizer as tokmod
-from attnlab.errors import ConfigError, DataError
+from ..core.errors import ConfigError, DataError
 from attnlab.data.loading import EpochDataLoader, FrozenEpochSampler, MidEpochResume, mix64, sequential_sampler
 from attnlab.data.normalization import TextNormalization
 from attnlab.data.shards import CHUNK_BYTES, ChunkEncoder, TokenStream, build_shards, complete_manifest, shards_dir

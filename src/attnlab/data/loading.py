@@ -145,7 +145,7 @@ class MidEpochResume:
         trainer = getattr(self, "trainer", None)
         if trainer is None or trainer.state.fn != "fit":
             return {}
-        from attnlab.loop_position import record
+        from ..checkpoints.loop_position import record
 
         # the epoch training continues in and its batches already trained (the next epoch and 0 at an epoch's end)
         pos = record(trainer)

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 
 from tokenizers import Regex, normalizers
 
-from attnlab.errors import ConfigError
+from ..core.errors import ConfigError
 
 UNICODE_FORMS = ("NFC", "NFKC")
 CASES = ("keep", "lower", "corpus_words")

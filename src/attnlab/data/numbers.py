@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlab.choices import TARGET_LANGS
+from ..core.choices import TARGET_LANGS
 from attnlab.data.parallel import (
     DEFAULT_BUCKET_EDGES,
     Pair,

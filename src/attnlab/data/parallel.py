@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic_files import reported
-from ..errors import ConfigError, DataError
+from ..files.atomic import reported
+from ..core.errors import ConfigError, DataError
 from .corpus import decode_utf8_file
 
 log = logging.getLogger(__name__)

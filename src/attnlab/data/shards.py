@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from ..atomic_files import reported, write_atomic
+from ..files.atomic import reported, write_atomic
 from .text_sources import Chunk, TextSource, fingerprint, iter_chunks
 from .tokenizer import EOS_ID, BPETokenizer
 

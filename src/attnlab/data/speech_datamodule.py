@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..audio.features import MelConfig, MelExtractor
 from .characters import CharVocab
-from ..errors import CorpusError
+from ..core.errors import CorpusError
 from .ljspeech import corpus_folder, load_audio, utterances
 from .loading import BatchDataset, MidEpochResume, batch_loader
 

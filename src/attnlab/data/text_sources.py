@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import DataError, DataFileNotFoundError
+from ..core.errors import DataError, DataFileNotFoundError
 
 log = logging.getLogger(__name__)
 

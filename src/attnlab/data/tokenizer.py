@@ -27,10 +27,10 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from attnlab.atomic_files import write_atomic
+from ..files.atomic import write_atomic
 from attnlab.data.normalization import normalizer_json
-from attnlab.errors import ConfigError
-from attnlab.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID  # noqa: F401  (data's users read them here)
+from ..core.errors import ConfigError
+from ..core.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID  # noqa: F401  (data's users read them here)
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class BPETokenizer:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    """A temporary file renamed into place; a full disk is one line (:mod:`attnlab.atomic_files`)."""
+    """A temporary file renamed into place; a full disk is one line (:mod:`attnlab.files.atomic`)."""
     write_atomic(path, text)
 
 

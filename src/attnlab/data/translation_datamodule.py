@@ -46,7 +46,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from attnlab.errors import ConfigError, DataError
+from ..core.errors import ConfigError, DataError
 from attnlab.data.hf_source import hf_options
 from attnlab.data.loading import BatchDataset, MidEpochResume, batch_loader
 from attnlab.data.normalization import TextNormalization

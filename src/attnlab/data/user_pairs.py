@@ -2,14 +2,14 @@
 ``test_path`` when given) or a Hugging Face dataset (``data=hf``), split into train / val / test.
 
 Torch-free: train.py reads the pairs through these very functions before it imports Lightning
-(:mod:`attnlab.data.preflight`), the data module (:mod:`attnlab.data.translation_datamodule`) after.
+(:mod:`attnlab.runs.data_check`), the data module (:mod:`attnlab.data.translation_datamodule`) after.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import ConfigError, DataError
+from ..core.errors import ConfigError, DataError
 from .hf_source import hf_pairs, load_hf
 from .parallel import Pair, read_parallel_tsv, split_pairs
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..errors import OptionError
+from ..core.errors import OptionError
 
 
 def _int(v: Any) -> bool:

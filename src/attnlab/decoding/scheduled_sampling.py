@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..choices import SCHEDULES
+from ..core.choices import SCHEDULES
 
 
 

@@ -7,7 +7,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..atomic_files import write_atomic
+from ..files.atomic import write_atomic
 
 __all__ = ["page_html", "write_page", "read_payload", "EXPLORER_KEY"]
 

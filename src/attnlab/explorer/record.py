@@ -19,14 +19,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..plots.views import natural_key
 from ..tasks.protocols import AttentionSample
 
 __all__ = ["ExplorerRecord", "quantize", "dequantize", "natural_key", "module_order"]
-
-
-def natural_key(name: str) -> list:
-    """``blocks.2`` before ``blocks.10``: digits compare as numbers."""
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
 
 def module_order(name: str) -> tuple:

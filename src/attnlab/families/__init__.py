@@ -3,9 +3,9 @@
 A family is what ``model=<name>`` trains: a task (LightningModule), the net it builds, the data it reads, the block
 groups (``norm``, ``ffn``, ``moe``, ``attn``, ``pos``) it is built from, the entry point that serves its checkpoints,
 its own config rules and a tiny synthetic batch for tests. Everything that needs the list of families reads
-this registry: the block groups a run uses (:func:`attnlab.utils.config.used_groups`), the checkpoint
-loader's refusals (:mod:`attnlab.checkpoints`), ``data=hf`` (:func:`hf_datamodule`), the family rules of
-:mod:`attnlab.utils.validate`, the tests' parametrizations and the docs' model table.
+this registry: the block groups a run uses (:func:`attnlab.runs.config_tree.used_groups`), the checkpoint
+loader's refusals (:mod:`attnlab.runs.load`), ``data=hf`` (:func:`hf_datamodule`), the family rules of
+:mod:`attnlab.runs.validate`, the tests' parametrizations and the docs' model table.
 
 Adding a family is adding files: its model and task, ``conf/model/<name>.yaml`` and a module here that defines
 ``FAMILY = Family(...)``; every module of this package is imported on the first lookup (:func:`families`) and
@@ -25,7 +25,7 @@ from typing import Any
 # What a family's data module gives it; ``data=hf`` serves the text kinds (attnlab.data.hf_source.HF_READERS).
 DATA_KINDS = ("lm_text", "translation", "images", "speech", "sequences")
 BLOCK_GROUPS = ("norm", "ffn", "moe", "attn", "pos")
-# What ``python -m attnlab.explore`` reads for a family's checkpoint (attnlab.explorer.inputs.INPUTS): a source
+# What ``python -m attnlab.explore`` reads for a family's checkpoint (attnlab.cli.explore_inputs.INPUTS): a source
 # sentence (and its translation), text through the checkpoint's tokenizer, an image file, text to speak, token ids.
 EXPLORER_INPUTS = ("translation", "text", "image", "speech", "ids")
 
@@ -54,7 +54,7 @@ class Family:
         narrow_groups: ``net config -> groups`` where the net reads the groups only in some settings (the sequence
             classifier's RNN and CNN encoders read none).
         rules: its config rules (:data:`Rules`): values only this family has (``model.cell``), relations between
-            them; merged into :func:`attnlab.utils.validate.validate_config`'s one line.
+            them; merged into :func:`attnlab.runs.validate.validate_config`'s one line.
         batch_loss: ``(net, torch.Generator) -> loss`` of one fixed tiny synthetic batch through the net's own
             forward, with the family's natural loss (tests train every family on it).
         test_overrides: the train.py overrides on top of ``debug=fast`` that make a run of a few seconds (tiny
@@ -177,7 +177,7 @@ def hf_datamodule(model: str, **options):
     """``data=hf`` (conf/data/hf.yaml): the data module of ``model``'s family for a Hugging Face dataset, by the
     kind of data the family reads. ``model`` is ``${model.name}``."""
     from ..data.hf_datamodule import HF_READERS, hf_reader
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
 
     try:
         kind = get(model).data

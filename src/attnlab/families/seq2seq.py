@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..choices import RNN_ATTENTIONS as ATTENTIONS, RNN_CELLS as CELLS
-from ..value_checks import one_of, positive_int, table_rules
+from ..core.choices import RNN_ATTENTIONS as ATTENTIONS, RNN_CELLS as CELLS
+from ..core.value_checks import one_of, positive_int, table_rules
 from . import Family
 from .transformer_mt import TINY_NUMBERS
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..choices import ENCODERS
-from ..value_checks import one_of, positive_int, table_rules
+from ..core.choices import ENCODERS
+from ..core.value_checks import one_of, positive_int, table_rules
 from . import BLOCK_GROUPS, Family
 
 

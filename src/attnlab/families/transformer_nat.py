@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..value_checks import non_negative_int, table_rules
+from ..core.value_checks import non_negative_int, table_rules
 from . import BLOCK_GROUPS, Family
 from .transformer_mt import TINY_NUMBERS, batch_loss
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..value_checks import non_negative_int, optional, positive_int, probability, table_rules
+from ..core.value_checks import non_negative_int, optional, positive_int, probability, table_rules
 from . import Family
 
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..modules.settings import PositionSettings, position_kind
-from ..value_checks import divisible, positive_int, same, table_rules
+from ..core.value_checks import divisible, positive_int, same, table_rules
 from . import BLOCK_GROUPS, Family
 
 

@@ -38,7 +38,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from attnlab.choices import RNN_ATTENTIONS, RNN_CELLS
+from ..core.choices import RNN_ATTENTIONS, RNN_CELLS
 from attnlab.modules.rnn_attention import RNNAttention
 
 CELLS = dict(zip(RNN_CELLS, (nn.GRU, nn.LSTM), strict=True))

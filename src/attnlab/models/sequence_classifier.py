@@ -29,7 +29,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..choices import ENCODERS
+from ..core.choices import ENCODERS
 from ..modules.positional import NoPositions
 from .token_transformer import TokenTransformer
 

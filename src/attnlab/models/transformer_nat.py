@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..special_tokens import PAD_ID
+from ..core.special_tokens import PAD_ID
 from .transformer_mt import TransformerMT
 
 

@@ -14,11 +14,11 @@ the exact previous frame, which at inference is its own imperfect output. α are
 positions (the paper's "scaled positional encoding"), so the model can balance positions against content.
 
 ``text_eos`` (default on; ESPnet's Transformer-TTS and Tacotron 2 do the same): :meth:`TransformerTTS.encode` appends
-``<eos>`` (:data:`~attnlab.special_tokens.CHAR_EOS_ID`) after each text's last character, so the text is N + 1 positions
+``<eos>`` (:data:`~attnlab.core.special_tokens.CHAR_EOS_ID`) after each text's last character, so the text is N + 1 positions
 long: once the characters are read, the decoder has a position to attend to (and to learn to stop on). Every
 length the attention is measured against (guided attention's W, focus and diagonal rates) is then N + 1; the
 forward pass returns it as ``text_lengths``. A net config without a ``text_eos`` key is built with it off
-(:func:`~attnlab.checkpoint_upgrade.upgrade_net_config`): such a net was trained without ``<eos>``.
+(:func:`~attnlab.checkpoints.upgrade.upgrade_net_config`): such a net was trained without ``<eos>``.
 
 Layers come from the ``norm``/``ffn``/``moe``/``attn`` groups like every transformer here. Positions are fixed to
 the scaled sinusoid (the ``pos`` group does not apply).
@@ -36,7 +36,7 @@ from ..modules.block import DecoderCache
 from ..modules.parts import BlockParts
 from ..modules.positional import sinusoidal_table
 from ..modules.stack import build_stack
-from ..special_tokens import CHAR_EOS_ID, char_text
+from ..core.special_tokens import CHAR_EOS_ID, char_text
 from .base import TransformerModel
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from ..modules.parts import BlockParts, resolve_positions
 from ..modules.stack import build_stack
 from .base import TransformerModel

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .norm import RMSNorm
 from .positional import AttentionPositions
 from .settings import AttentionSettings

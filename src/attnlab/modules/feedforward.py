@@ -14,7 +14,7 @@ so that parameter counts compare (claim E10 is about quality at equal size).
 Biases: by default the plain units have them (the Transformer's FFN) and the gated ones do not (LLaMA's and PaLM's
 SwiGLU, Shazeer's GLU variants); ``bias`` overrides either (``ffn.bias=true``). Every conf/ffn YAML writes
 ``bias`` into the config a checkpoint stores, so a saved net is rebuilt with the biases it was trained with whatever
-the default (:mod:`attnlab.checkpoint_upgrade` gives a plain spec, which has no ``bias`` key, ``bias=True``).
+the default (:mod:`attnlab.checkpoints.upgrade` gives a plain spec, which has no ``bias`` key, ``bias=True``).
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ import hydra
 from hydra.errors import InstantiationException
 from torch import nn
 
-from ..allowed_targets import check_targets
-from ..errors import PartError
+from ..checkpoints.allowed_targets import check_targets
+from ..core.errors import PartError
 from .attention import MultiHeadAttention
 from .feedforward import FeedForward
 from .positional import LearnedPositions
@@ -41,7 +41,7 @@ def _instantiate(group: str, part: Any) -> Any:
     class does not take (a config or a checkpoint read from a file) are one line before it is built; an error from
     inside the build is the part's own refusal (a UserError, one line) or a bug, which keeps its traceback."""
     if isinstance(part, Mapping) and "_target_" in part:
-        check_targets(part, group)  # only the project's own classes (attnlab.allowed_targets)
+        check_targets(part, group)  # only the project's own classes (attnlab.checkpoints.allowed_targets)
         _check_arguments(group, part)
         try:
             return hydra.utils.instantiate(dict(part), _convert_="all")
@@ -150,7 +150,7 @@ def load_part(group: str, option: str, **overrides: Any) -> dict:
     Python (``CausalLM(..., attn=load_part("attn", "gqa", kv_heads=4))``)."""
     from omegaconf import OmegaConf
 
-    from ..paths import CONF_DIR
+    from ..core.paths import CONF_DIR
 
     path = CONF_DIR / group / f"{option}.yaml"
     if not path.is_file():

@@ -22,7 +22,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .settings import PositionSettings
 
 

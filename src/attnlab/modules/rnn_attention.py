@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..choices import RNN_ATTENTION_KINDS as ATTENTION_KINDS
+from ..core.choices import RNN_ATTENTION_KINDS as ATTENTION_KINDS
 
 
 class RNNAttention(nn.Module):

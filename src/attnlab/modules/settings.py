@@ -1,12 +1,12 @@
 """Typed settings of the parts the block groups build (conf/attn, conf/ffn, conf/norm, conf/moe, conf/pos), without
 torch: each value is checked once, by its group's settings type, wherever it comes from.
 
-* train.py's config check (:func:`attnlab.utils.validate.validate_config`) builds every used group's settings from
+* train.py's config check (:func:`attnlab.runs.validate.validate_config`) builds every used group's settings from
   the resolved config before torch is imported (:meth:`Settings.from_config`): a bad value is one line in a second;
 * the part builds the same settings from its arguments (``MultiHeadAttention(...)`` makes an
   :class:`AttentionSettings`), so a model built in Python or a notebook gets the same line.
 
-A setting is a dataclass field whose check (:mod:`attnlab.value_checks`) is its metadata; every message names the
+A setting is a dataclass field whose check (:mod:`attnlab.core.value_checks`) is its metadata; every message names the
 key as the user types it (``attn.window=0: must be a positive integer (or null)``). The relations to the net's sizes
 are methods (:meth:`AttentionSettings.check_sizes`), called from both places too. A key the settings do not declare
 is refused (``+attn.foo=1``): a new option of a part is a field here, and tests/modules/test_settings.py walks every
@@ -22,10 +22,18 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field
 from typing import Any, ClassVar
 
-from ..choices import BALANCE, PLACEMENTS
-from ..errors import SettingError
-from ..value_checks import (Check, boolean, non_negative_number, one_of, optional, positive_int, positive_number,
-                            show)
+from ..core.choices import BALANCE, PLACEMENTS
+from ..core.errors import SettingError
+from ..core.value_checks import (
+    Check,
+    boolean,
+    non_negative_number,
+    one_of,
+    optional,
+    positive_int,
+    positive_number,
+    show,
+)
 
 # keys of a part's config that are Hydra's, not settings
 HYDRA_KEYS = frozenset({"_target_", "_partial_", "_recursive_", "_convert_", "_args_"})
@@ -121,7 +129,7 @@ def _is_module(value: Any) -> bool:
 
 
 def _options(group: str) -> list[str]:
-    from ..paths import CONF_DIR
+    from ..core.paths import CONF_DIR
 
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
@@ -292,7 +300,7 @@ class PositionSettings(Settings):
 def _kinds_by_target() -> dict[str, str]:
     import yaml
 
-    from ..paths import CONF_DIR
+    from ..core.paths import CONF_DIR
 
     out = {}
     for path in sorted((CONF_DIR / "pos").glob("*.yaml")):

@@ -23,15 +23,19 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from ..allowed_targets import check_targets
-from ..checkpoint_upgrade import (upgrade_net_config, upgrade_optimizer_config, upgrade_scheduler_config,
-                                  upgrade_state_dict)
-from ..state_fit import check_fits
+from ..checkpoints.allowed_targets import check_targets
+from ..checkpoints.upgrade import (
+    upgrade_net_config,
+    upgrade_optimizer_config,
+    upgrade_scheduler_config,
+    upgrade_state_dict,
+)
+from ..checkpoints.state_fit import check_fits
 from ..modules.moe import expert_fractions, moe_losses
 from ..optim import build_lr_schedule, build_optimizer
 from ..data.normalization import growth_problem
 from ..data.tokenizer import BPETokenizer
-from ..errors import CheckpointError
+from ..core.errors import CheckpointError
 from .protocols import StepOutput
 
 

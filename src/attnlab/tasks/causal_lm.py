@@ -66,7 +66,7 @@ class CausalLMTask(TextTask, Task):
                generator: torch.Generator | None = None, vocab_size: int | None = None) -> Tensor:
         """prefix (B, T) -> (B, T + at most ``options.max_new_tokens``), sampled with the options' temperature, top-k
         and top-p (``options``: a :class:`SamplingOptions`, or the fields of one for a caller below the decoding
-        layer, such as :func:`attnlab.analysis.lm_probes.greedy`)."""
+        layer, such as :func:`attnlab.probes.language_model.greedy`)."""
         options = options if isinstance(options, SamplingOptions) else SamplingOptions(**options)
         was_training = self.net.training
         self.net.eval()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..modules.settings import Settings, setting
-from ..value_checks import unit_interval
+from ..core.value_checks import unit_interval
 
 
 @dataclass(frozen=True)

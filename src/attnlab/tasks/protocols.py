@@ -101,8 +101,8 @@ class RendersAttention(Protocol):
 @runtime_checkable
 class ExplorerViewSource(Protocol):
     def explorer_view(self, maps: dict[str, Tensor], sample: AttentionSample) -> dict[str, Any]:
-        """What the family adds to the attention explorer's page (:func:`attnlab.explorer.views.image_view`,
-        :func:`~attnlab.explorer.views.speech_view`); tasks without it get the tokens page."""
+        """What the family adds to the attention explorer's page (:func:`attnlab.plots.views.image_view`,
+        :func:`~attnlab.plots.views.speech_view`); tasks without it get the tokens page."""
 
 
 # --- the translation table -------------------------------------------------------------------------------------------

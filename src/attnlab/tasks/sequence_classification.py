@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ..utils.plotting import layer_order, new_figure
+from ..plots.figures import layer_order, new_figure
 from .classification import ClassificationTask
 from .protocols import AttentionFigure, AttentionSample, DistanceRecord
 

@@ -31,7 +31,7 @@ from ..audio.features import MelConfig, MelExtractor
 from ..data.characters import CharVocab
 from ..decoding.tts import generate_mel
 from ..modules.guided_attention import diagonal_rate, focus_rate, guided_attention_loss, skips_and_repeats
-from ..utils.plotting import attention_heatmap_figure
+from ..plots.figures import attention_heatmap_figure
 from .base import Task
 from .protocols import AttentionFigure, AttentionSample, ListeningSample, StepOutput
 
@@ -213,7 +213,7 @@ class TTSTask(Task):
         """The explorer page's speech view: every frame, and the guide's width (attnlab.explorer); the maps are
         teacher-forced (``attention_forward`` feeds the decoder the utterance's recorded frames), the audio the
         callback adds is the listening sample's free-running synthesis: the page labels each."""
-        from ..explorer.views import speech_view
+        from ..plots.views import speech_view
 
         return speech_view(self.guided.get("sigma") if self.guided.get("enabled", True) else None,
                            maps="teacher-forced")

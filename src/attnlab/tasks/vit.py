@@ -8,7 +8,7 @@ from torch import Tensor
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from ..analysis.rollout import attention_rollout, prediction_attribution
-from ..utils.plotting import layer_order
+from ..plots.figures import layer_order
 from .classification import ClassificationTask
 from .protocols import AttentionFigure, AttentionSample, ConfusionResult
 
@@ -97,7 +97,7 @@ class ImageClassificationTask(ClassificationTask):
 
     def explorer_view(self, maps: dict[str, Tensor], sample: AttentionSample) -> dict:
         """The explorer page's image view: the sample image, its patch grid and the rollout (attnlab.explorer)."""
-        from ..explorer.views import image_view
+        from ..plots.views import image_view
 
         image, label = self._example()
         dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
@@ -116,7 +116,7 @@ class ImageClassificationTask(ClassificationTask):
         ``attention_patch`` over the patch grid. And ``rollout.png``: attention rollout through all layers, read as
         the prediction's share of each patch (mean pooling: the average over the patch rows; class token: its row).
         """
-        from ..utils.vision_plots import patch_attention_figure, rollout_figure
+        from ..plots.vision import patch_attention_figure, rollout_figure
 
         image, label = self._example()
         dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None

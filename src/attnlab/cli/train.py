@@ -1,0 +1,197 @@
+"""Training entry point: ``python train.py [group=option ...] [key=value ...]`` (or ``attnlab-train``).
+
+Each Hydra job (a single run or one job of ``-m``) is one run folder and one W&B run: its config is planned once
+(:func:`attnlab.runs.plan.preflight`: every check, one line for a bad value, file or checkpoint, before Lightning is
+imported), then :func:`run` builds data, model, callbacks, loggers and trainer from the plan, fits, tests with the
+best checkpoint, and the job returns ``optimized_metric`` for sweepers.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from ..runs import ddp, resume, folder as run_folder
+from ..files.log_file import raise_if_failed, watch_file_handlers
+from ..core.paths import CONF_DIR
+from ..runs.build import (
+    drop_callbacks_needing_a_logger,
+    finish_loggers,
+    instantiate_all,
+    rank_zero,
+    with_run_checkpointing,
+)
+from ..runs.outcome import interrupted, job_ended, job_failed, write_metrics
+from ..runs.plan import RunPlan, plan, preflight, print_plan
+from ..runs import threads
+from ..runs.config_tree import flatten
+
+if TYPE_CHECKING:
+    import lightning as L
+
+    from ..callbacks.stage_signals import StageSignals
+
+log = logging.getLogger(__name__)
+
+
+def run(the_plan: RunPlan | DictConfig, stops: StageSignals | None = None) -> dict[str, float]:
+    """Fit and test as the plan says; return the final metrics (floats). A config composed in Python (the tests,
+    the notebooks) is planned here (:func:`attnlab.runs.plan.plan`). ``stops``: the stop signals between the
+    stages (installed by the caller around this call)."""
+    import lightning as L
+
+    from ..callbacks.run_log import RunLogCheck
+    from ..callbacks.stage_signals import StageSignals
+    from ..runs.console import tidy_lightning_output, without_wandb_notices
+
+    if not isinstance(the_plan, RunPlan):
+        the_plan = plan(the_plan)
+    cfg, checkpoint = the_plan.cfg, the_plan.checkpoint
+    tidy_lightning_output()
+    ddp.install()  # before the Trainer exists: DDP ranks re-run this job's saved config (see ddp.py)
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
+    model = hydra.utils.instantiate(the_plan.model, _convert_="all")
+    if checkpoint is not None:
+        checkpoint.check_fits(model)  # of other sizes or parts: one line, no logger yet
+    if rank_zero():
+        # the data read (and the cache built) before any logger, checkpoint or trainer exists: a bad file is one line
+        # and the refused run leaves no folder; every data module's setup is idempotent (Lightning's own call then
+        # returns at once), and nothing between here and it draws from the random generators
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+        if checkpoint is not None:
+            resume.check_tokenizer(checkpoint, datamodule, the_plan.option)
+    if checkpoint is not None:
+        checkpoint.drop_tensors()  # checked; Lightning restores them from the file itself
+    loggers = instantiate_all(cfg.get("logger"))
+    callbacks = drop_callbacks_needing_a_logger(instantiate_all(cfg.get("callbacks")), loggers)
+    callbacks = with_run_checkpointing(cfg, callbacks)
+    callbacks.append(RunLogCheck())  # a full disk under a log file (train.log, W&B's) stops the run at the next batch
+    stops = stops if stops is not None else StageSignals()
+    callbacks.append(stops)
+    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+
+    without_wandb_notices(loggers)
+    for lg in loggers:
+        lg.experiment  # noqa: B018 - starts W&B's run (wandb.init adds its debug.log handler)
+    watch_file_handlers()  # a full disk under W&B's folder: one line at the next batch, not a traceback per record
+    for lg in loggers:
+        lg.log_hyperparams(flatten(the_plan.resolved))
+
+    metrics: dict[str, float] = {}
+    with ddp.distributed_job():
+        try:
+            _fit_and_test(the_plan, trainer, model, datamodule, metrics, stops)
+        finally:
+            finish_loggers(loggers)
+    return metrics
+
+
+def _fit_and_test(the_plan: RunPlan, trainer: L.Trainer, model, datamodule, metrics: dict,
+                  stops: StageSignals) -> None:
+    from ..checkpoints.read import verified  # weights_only=True, refusals are one line
+
+    cfg, checkpoint = the_plan.cfg, the_plan.checkpoint
+    # the trusted file (a name such as "last", or a URL, is Lightning's to find)
+    ckpt_path = str(checkpoint.path) if checkpoint is not None else cfg.get("ckpt_path")
+    if cfg.get("train"):
+        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+        from ..callbacks.exact_resume import restored_metrics
+
+        # a part resumed after (or near) the end of training logged little or nothing itself
+        metrics.update(restored_metrics(trainer))
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+        from ..callbacks.preemption import preemption_signal
+
+        if signame := preemption_signal(trainer):
+            interrupted(cfg, signame, "in training: not testing")
+        stops.between = True  # (also when nothing was left to train: fit then runs no training stage)
+    if stops.received:
+        interrupted(cfg, stops.received, "after training, before the test: not tested")
+    if cfg.get("test"):
+        from ..callbacks.preemption import TestInterrupted
+
+        # After training: the best checkpoint (the last weights if none was kept). Test only: ckpt_path.
+        best = getattr(trainer.checkpoint_callback, "best_model_path", "") if cfg.get("train") else ""
+        ckpt = verified(best) if best else (None if cfg.get("train") else ckpt_path)  # (one this run wrote)
+        try:
+            trainer.test(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True)
+        except TestInterrupted as e:
+            interrupted(cfg, e.signame, "in the test: no metrics.json")
+        stops.between = True
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+
+
+_job_started = False  # set when Hydra calls the job: a Hydra error before that is a bad command line
+_late_stop: str | None = None  # a stop signal received after a job's test (its results were written)
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
+def _main(cfg: DictConfig) -> float | None:
+    global _job_started
+    _job_started = True
+    hc = HydraConfig.get()
+    try:
+        value = train_job(cfg, hc)
+    except Exception as e:  # a refusal or a stop is one line (exit 2 / 1); a bug keeps its traceback
+        return job_failed(e, hc)
+    job_ended(cfg, hc, value, _late_stop)
+    return value
+
+
+def train_job(cfg: DictConfig, hc) -> float | None:
+    run_dir = Path(hc.runtime.output_dir)
+    # (the overrides as Hydra holds them: turned into a list they would resolve ${oc.env:...} before its check)
+    the_plan = preflight(cfg, hc.overrides.task, run_dir)
+    # after every refusal (torch is imported here), before any thread starts; per DDP rank
+    chosen = threads.apply(the_plan.resolved.get("threads", "auto"), threads.ranks_of(the_plan.resolved["trainer"]))
+    if run_folder.launching_process():
+        print_plan(the_plan, chosen.line())
+    from ..callbacks.stage_signals import StageSignals
+
+    stops = StageSignals()
+    with stops.installed():  # until the results are written: a stop after the test waits for them
+        metrics = run(the_plan, stops)
+        if rank_zero():
+            write_metrics(run_dir, metrics)
+    global _late_stop
+    if stops.received:
+        log.warning(f"received {stops.received} after the test: the run had finished, its results are written")
+        _late_stop = stops.received  # a sweep writes this job's status, then stops
+    raise_if_failed()  # the run is done and its results written; its log is not complete
+    name = cfg.get("optimized_metric")
+    if name and name in metrics:
+        log.info(f"{name} = {metrics[name]:.4f}")
+        return metrics[name]
+    return None
+
+
+def main() -> None:
+    from .hydra_errors import one_line_hydra_errors
+
+    try:
+        one_line_hydra_errors(_main, lambda: _job_started)
+    except SystemExit as e:
+        # Hydra reports a bad command line (an unknown group option or key, a malformed override) with its own
+        # message and exit status 1; like every other bad input here it exits with 2. The exception Hydra
+        # printed is the context of its sys.exit(1); once a job has started, exit 1 is the job's (a bug, a sweep).
+        if e.code == 1 and not _job_started and _is_hydra_config_error(e.__context__):
+            raise SystemExit(2) from None
+        raise
+
+
+def _is_hydra_config_error(error: BaseException | None) -> bool:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return isinstance(error, (HydraException, OmegaConfBaseException))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""What a training run is built from, once its plan is made (:mod:`attnlab.runs.plan`): the task, the callbacks and
+loggers the config names, and the checkpoint callback every run keeps. Nothing here checks a value: the plan did.
+
+Lightning is imported inside the functions, so that planning (and a refused command line) never pays for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+if TYPE_CHECKING:
+    import lightning as L
+
+log = logging.getLogger(__name__)
+
+
+def rank_zero() -> bool:
+    from lightning.pytorch.utilities import rank_zero_only
+
+    return rank_zero_only.rank == 0
+
+
+def instantiate_all(group: DictConfig | None) -> list[Any]:
+    """Instantiate every entry with a ``_target_`` of a callbacks/logger group (entries may be null)."""
+    if not group:
+        return []
+    return [hydra.utils.instantiate(c) for c in group.values() if isinstance(c, DictConfig) and "_target_" in c]
+
+
+def drop_callbacks_needing_a_logger(callbacks: list, loggers: list) -> list:
+    """``logger=none``: leave out the callbacks that only report to a logger (Lightning refuses to start them)."""
+    if loggers:
+        return callbacks
+    from lightning.pytorch.callbacks import DeviceStatsMonitor, LearningRateMonitor
+
+    needy = [cb for cb in callbacks if isinstance(cb, (LearningRateMonitor, DeviceStatsMonitor))]
+    if needy:
+        log.info(f"no logger: leaving out {', '.join(type(cb).__name__ for cb in needy)} (it reports to a logger)")
+    return [cb for cb in callbacks if cb not in needy]
+
+
+def with_run_checkpointing(cfg: DictConfig, callbacks: list) -> list:
+    """Every run records where each checkpoint stands (``ExactResume``: a resumed run continues exactly there)
+    and, unless ``trainer.enable_checkpointing=false``, keeps ``<run dir>/checkpoints/last.ckpt``: with
+    ``callbacks=none`` (or ``callbacks.model_checkpoint=null``) Lightning would add its own ``ModelCheckpoint``,
+    which writes under ``<run dir>/<logger>/<version>/checkpoints/`` and keeps no ``last.ckpt``."""
+    from lightning.pytorch.callbacks import Checkpoint
+
+    from ..callbacks.exact_resume import ExactResume
+    from ..callbacks.run_checkpoint import RunCheckpoint
+
+    out = [ExactResume(), *callbacks]
+    if cfg.trainer.get("enable_checkpointing", True) is not False and not any(isinstance(c, Checkpoint) for c in out):
+        out.append(RunCheckpoint(dirpath=str(Path(cfg.paths.output_dir) / "checkpoints"), save_last=True,
+                                 save_top_k=0, enable_version_counter=False))
+    return out
+
+
+def _plain(node: Any) -> Any:
+    """A config node resolved into plain containers; one already resolved (a dict) is copied at its top level."""
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+
+
+def task_arguments(model_cfg: DictConfig | dict, optim: DictConfig | dict | None = None,
+                   sched: DictConfig | dict | None = None) -> dict:
+    """What the task of ``model_cfg`` is built from: its config without the keys that only describe it, optimized
+    as the ``optim`` and ``sched`` groups say (without them: AdamW and warm-up + cosine over the model's own
+    ``optimizer`` / ``scheduler`` values). Plain containers: the task's saved hyper-parameters then load with
+    ``weights_only=True``."""
+    cfg = _plain(model_cfg)
+    # describe the model for train.py, not constructor arguments: its name, and `shortcuts`, keys like
+    # `model.attention` that exist only to be interpolated into `net` from the command line
+    for meta in ("name", "shortcuts", *(cfg.get("shortcuts") or [])):
+        cfg.pop(meta, None)
+    # the model's tuned values were read by the groups' interpolations: the task gets what to build
+    for key, group in (("optimizer", optim), ("scheduler", sched)):
+        if group is not None:
+            cfg[key] = _plain(group)
+    return cfg
+
+
+def build_model(model_cfg: DictConfig | dict, optim: DictConfig | dict | None = None,
+                sched: DictConfig | dict | None = None) -> L.LightningModule:
+    """The task of ``model_cfg`` (see :func:`task_arguments`). Its classes are the project's own: train.py's plan
+    checked them (:func:`attnlab.runs.plan.plan`); a model built here from Python is the caller's own code."""
+    return hydra.utils.instantiate(task_arguments(model_cfg, optim, sched), _convert_="all")
+
+
+def finish_loggers(loggers: list) -> None:
+    """Close W&B after each job so that every job of a multirun sweep is its own W&B run."""
+    for lg in loggers:
+        if type(lg).__name__ == "WandbLogger" and rank_zero():
+            import wandb
+
+            wandb.finish()
