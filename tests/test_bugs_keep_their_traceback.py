@@ -34,7 +34,7 @@ CASES = [
      "attnlab.explorer.page:page_html:NameError"),
     ("train.py", [*TINY, "ffn=swiglu"], "attnlab.modules.feedforward:FeedForward.__init__:AttributeError"),
     ("train.py", [*TINY, f"ckpt_path={FIXTURES / 'legacy_causal_lm.ckpt'}", "train=false", "test=true"],
-     "attnlab.runs.load:_model_config:TypeError"),
+     "attnlab.runs.load:model_config:TypeError"),
     ("train.py", [*TINY, "resume={tmp}/no_run"], "attnlab.runs.resume:model_identity:TypeError"),
     ("-m attnlab.compare", ["{tmp}/sweep", "--by", "norm"], "attnlab.runs.sweep_jobs:sweep_jobs:NameError"),
     ("-m attnlab.workspace", ["{tmp}/sweep"], "attnlab.runs.wandb_runs:offline_run_dirs:AttributeError"),

@@ -33,7 +33,7 @@ from helpers import run_cli
 from attnlab.core.errors import UnsafeTargetError
 from attnlab.checkpoints.allowed_targets import allowed, check_targets, refusals, task_classes
 from attnlab.checkpoints.upgrade import upgrade_net_config
-from attnlab.core.errors import CheckpointError
+from attnlab.core.errors import CheckpointError, PartError
 from attnlab.checkpoints.read import hyper_parameters
 from attnlab.runs.load import load_task
 from attnlab.core.paths import ROOT
@@ -175,23 +175,40 @@ def test_the_allow_list_is_computed_from_conf_and_keeps_every_shipped_target():
     assert not allowed("torch.nn.modules.module.Module.register_forward_hook")
 
 
-def test_every_builder_checks_before_it_instantiates(tmp_path):
-    """The places that turn a config from a file into objects (the task's net, which Lightning's own
-    Task.load_from_checkpoint reaches without load_task; parts built in Python) refuse by themselves too. train.py's
-    model is checked once, in its plan (tests/test_train.py), not again by the builder."""
+@pytest.mark.parametrize("target", list(hostile_configs(Path("m"))))
+def test_the_parts_build_nothing_a_config_names(target, tmp_path):
+    """The modules take built parts only: a config mapping given where a part goes is refused, never instantiated
+    (whatever it names), so the only builders of a file's config are behind the trusted read."""
     from attnlab.modules.parts import resolve_norm, resolve_part
-    from attnlab.tasks.base import build_net
 
     marker = tmp_path / "marker"
-    hostile = hostile_configs(marker)["builtins.open"]
-    net = {**hparams_of("causal_lm")["net"]}
-    net["norm"] = {"placement": "pre", "layer": {**hostile, "_partial_": True}}
-    for build in (lambda: build_net(net), lambda: resolve_norm(net["norm"]),
-                  lambda: resolve_part("ffn", {"_target_": "attnlab.modules.feedforward.FeedForward",
-                                               "_partial_": True, "activation": hostile}, None)):
-        with pytest.raises(UnsafeTargetError, match="builtins.open"):
+    hostile = {**hostile_configs(marker)[target], "_partial_": True}
+    builds = [lambda: resolve_norm({"placement": "pre", "layer": hostile})]
+    builds += [lambda g=g: resolve_part(g, hostile, None) for g in ("ffn", "moe", "attn", "pos")]
+    for build in builds:
+        with pytest.raises(PartError, match=f"got the config of {target}, not the part"):
             build()
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("place", [("net",), ("net", "norm", "layer"), ("net", "ffn", "activation"), ("optimizer",),
+                                   ("scheduler",)])
+def test_lightnings_load_from_checkpoint_goes_through_the_trusted_read(place, tmp_path):
+    """``Task.load_from_checkpoint`` (Lightning's spelling, which notebooks use) reads through ``read_trusted``: a
+    hostile target anywhere in the file is one line, nothing built; a genuine file loads strictly."""
+    from attnlab.tasks.causal_lm import CausalLMTask
+
+    marker = tmp_path / "marker"
+    raw = torch.load(LEGACY["causal_lm"], weights_only=True)
+    for target, hostile in hostile_configs(marker).items():
+        ckpt = tmp_path / "hostile.ckpt"
+        torch.save({**raw, "hyper_parameters": inject(hparams_of("causal_lm"), place, "target", hostile)}, ckpt)
+        with pytest.raises(UnsafeTargetError, match=rf"hyper_parameters: {'.'.join(place)}\._target_ = '{target}'"):
+            CausalLMTask.load_from_checkpoint(ckpt, weights_only=True)
+    assert not marker.exists()
+    task = CausalLMTask.load_from_checkpoint(LEGACY["causal_lm"], weights_only=True)
+    ours = torch.load(LEGACY["causal_lm"], weights_only=True)["state_dict"]
+    assert len(task.state_dict()) == len(ours)
 
 
 def test_load_task_refuses_each_target_before_building(tmp_path):

@@ -84,6 +84,27 @@ def imports(name: str, path: Path, known: set[str]) -> set[tuple[str, int]]:
     return {(m, line) for m, line in found if m is not None and m != name}
 
 
+def libraries(path: Path) -> set[tuple[str, int]]:
+    """``(library, line)`` for each import of a package from outside attnlab (``hydra``, ``lightning``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else []
+        found |= {(n.split(".")[0], node.lineno) for n in names if n.split(".")[0] != "attnlab"}
+    return found
+
+
+def library_arrows(package: Path, rows: list[Row]) -> list[str]:
+    """Every import of a library a module's row says it never imports (the parts import no Hydra)."""
+    out = []
+    for name, path in module_files(package).items():
+        place = placement(rows, name) if name else None
+        for library, line in sorted(libraries(path)) if place else ():
+            if library in place[1]:
+                out.append(f"{name}:{line} -> {library} (its row never imports {library})")
+    return out
+
+
 def graph(package: Path) -> dict[str, set[tuple[str, int]]]:
     files = module_files(package)
     return {name: imports(name, path, set(files)) for name, path in files.items()}
@@ -200,6 +221,11 @@ def test_no_import_points_up_or_across(rows, edges):
     assert not arrows, f"{len(arrows)} import(s) against docs/layout.md's layers:\n" + "\n".join(arrows)
 
 
+def test_no_library_its_row_excludes(rows):
+    arrows = library_arrows(PACKAGE, rows)
+    assert not arrows, f"{len(arrows)} import(s) of excluded libraries:\n" + "\n".join(arrows)
+
+
 def test_no_import_cycles(edges):
     found = cycles(edges)
     assert not found, f"{len(found)} import cycle(s):\n" + "\n".join(" <-> ".join(c) for c in found)
@@ -221,9 +247,12 @@ def test_every_module_is_placed_and_no_package_is_split(rows, edges):
 
 def test_the_table_names_modules_that_exist(rows, edges):
     """A renamed or removed package would leave its row naming nothing."""
+    import importlib.util
+
     names = [n for r in rows for n in r.names + r.never]
     assert len(rows) >= 5 and "core" in names
-    missing = [n for n in names if not any(package(m) == n for m in edges if m)]
+    missing = [n for n in names if not any(package(m) == n for m in edges if m)
+               and not (n in {x for r in rows for x in r.never} and importlib.util.find_spec(n))]  # or a library
     assert not missing, f"docs/layout.md's import layers name packages that do not exist: {missing}"
 
 
@@ -241,6 +270,7 @@ def test_the_check_sees_each_kind_of_import(tmp_path, rows):
         "modules/__init__.py": "",
         "modules/a.py": "def f():\n    from ..cli.train import main\n",  # late, relative: up
         "modules/b.py": "import attnlab.data.c\n",  # absolute: across (modules never imports data)
+        "modules/e.py": "import torch\ndef f():\n    from hydra.utils import instantiate\n",  # a library it never imports
         "data/__init__.py": "",
         "data/c.py": "from attnlab.data import d\n",
         "data/d.py": "from . import c\nfrom attnlab.core.errors import X\n",  # a circle with c; core is below: fine
@@ -258,3 +288,4 @@ def test_the_check_sees_each_kind_of_import(tmp_path, rows):
     assert cycles(found) == [["data.c", "data.d"], ["metrics.m", "optim"]]
     assert cycles(package_edges(found)) == [["metrics", "optim"]]
     assert unplaced(found, rows) == ["stray"]
+    assert library_arrows(pkg, rows) == ["modules.e:3 -> hydra (its row never imports hydra)"]

@@ -10,7 +10,7 @@ from attnlab.decoding import CausalLMStepper, DecodingOptions, beam_search, gene
 from attnlab.models.causal_lm import CausalLM
 from attnlab.models.transformer_mt import TransformerMT
 from attnlab.modules.attention import KVCache
-from attnlab.modules.parts import load_part
+from attnlab.builders import load_part
 
 V = 40
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from attnlab.decoding import CausalLMStepper, SamplingOptions, Stepper, filter_logits, generate, sample_next
 from attnlab.models.causal_lm import CausalLM
-from attnlab.modules.parts import load_part
+from attnlab.builders import load_part
 
 V = 40
 MOE_ON = load_part("moe", "on", num_experts=4, top_k=2)

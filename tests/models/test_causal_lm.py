@@ -10,7 +10,7 @@ from torch import nn
 from attnlab.models.causal_lm import CausalLM
 from attnlab.modules.attention import KVCache
 from attnlab.modules.moe import MixtureOfExperts, moe_losses
-from attnlab.modules.parts import load_part
+from attnlab.builders import load_part
 
 V = 50
 POS_KINDS = ["learned", "rotary", "sinusoidal", "none"]

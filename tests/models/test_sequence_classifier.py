@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnlab.models.sequence_classifier import SequenceClassifier
-from attnlab.modules.parts import load_part
+from attnlab.builders import load_part
 from attnlab.modules.positional import RotaryEmbedding, RotaryPositions
 
 pytestmark = pytest.mark.usefixtures("one_thread")

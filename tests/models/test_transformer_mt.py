@@ -10,7 +10,7 @@ from attnlab.decoding import DecodingOptions, beam_search
 from attnlab.models.transformer_mt import TransformerMT
 from attnlab.modules.block import DecoderBlock
 from attnlab.modules.moe import MixtureOfExperts
-from attnlab.modules.parts import load_part
+from attnlab.builders import load_part
 
 V, BOS, EOS, PAD = 40, 1, 2, 0
 

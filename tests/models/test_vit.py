@@ -7,7 +7,7 @@ from attnlab.modules.positional import sinusoidal_table_2d
 from attnlab.modules.block import EncoderBlock
 from attnlab.modules.feedforward import FeedForward
 from attnlab.modules.moe import MixtureOfExperts
-from attnlab.modules.parts import load_part
+from attnlab.builders import load_part
 from attnlab.modules.positional import LearnedPositions, NoPositions, SinusoidalPositions
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: a second thread only contends

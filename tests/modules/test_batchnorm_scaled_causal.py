@@ -12,7 +12,8 @@ from torch import nn
 from attnlab.models.causal_lm import CausalLM
 from attnlab.modules.attention import capture_attention
 from attnlab.modules.norm import SequenceBatchNorm
-from attnlab.modules.parts import BlockParts, load_part
+from attnlab.modules.parts import BlockParts
+from attnlab.builders import load_part
 from attnlab.modules.stack import build_layer
 from attnlab.runs.build import build_model
 

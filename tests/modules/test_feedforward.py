@@ -10,7 +10,8 @@ from torch import nn
 
 from attnlab.modules.feedforward import FeedForward, ffn_hidden_dim
 from attnlab.core.errors import PartError
-from attnlab.modules.parts import load_part, resolve_part
+from attnlab.modules.parts import resolve_part
+from attnlab.builders import load_part
 
 GATED = {"relu": False, "gelu": False, "swiglu": True, "geglu": True}
 
@@ -110,10 +111,11 @@ def test_bias_switch_and_dropout():
 def test_unknown_option_and_bad_activation_are_one_line_errors():
     with pytest.raises(PartError, match="no ffn option 'tanh'"):
         build_ffn("tanh", 8)
-    bad = load_part("ffn", "relu", activation={"_target_": "torch.nn.NoSuchActivation"})
-    with pytest.raises(PartError, match="ffn: cannot build") as e:
-        resolve_part("ffn", bad, None)
+    with pytest.raises(PartError, match="ffn.activation: cannot build torch.nn.NoSuchActivation: no such class") as e:
+        load_part("ffn", "relu", activation={"_target_": "torch.nn.NoSuchActivation"})
     assert "\n" not in str(e.value)
+    with pytest.raises(PartError, match="ffn: cannot build .*FeedForward: got an unexpected keyword argument 'dim_ff'"):
+        load_part("ffn", "relu", dim_ff=8)
     # one module for every layer (a config without _partial_) is refused, not shared
     with pytest.raises(PartError, match=r"^ffn\.activation=PReLU\(.*\): must build one module per layer .*_partial_: true"):
         FeedForward(8, nn.PReLU())

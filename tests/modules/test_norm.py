@@ -8,7 +8,8 @@ from torch import nn
 
 from attnlab.modules.norm import RMSNorm
 from attnlab.core.errors import PartError
-from attnlab.modules.parts import load_part, resolve_norm
+from attnlab.modules.parts import resolve_norm
+from attnlab.builders import load_part
 from attnlab.core.paths import CONF_DIR
 
 

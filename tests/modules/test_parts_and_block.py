@@ -15,7 +15,8 @@ from attnlab.modules.feedforward import FeedForward
 from attnlab.modules.moe import MixtureOfExperts
 from attnlab.modules.norm import RMSNorm
 from attnlab.core.errors import PartError
-from attnlab.modules.parts import BlockParts, Norm, load_part, resolve_norm, resolve_part
+from attnlab.modules.parts import BlockParts, Norm, resolve_norm, resolve_part
+from attnlab.builders import load_part
 from attnlab.modules.positional import RotaryEmbedding
 from attnlab.modules.stack import TransformerStack, build_layer, build_stack
 
@@ -53,26 +54,42 @@ def test_code_defaults_are_the_default_config_groups():
     torch.testing.assert_close(default.eval()(x), from_conf.eval()(x))
 
 
-def test_parts_from_config_mappings_and_built_objects():
+def test_parts_built_from_conf_or_in_python():
     norm = resolve_norm(load_part("norm", "rms", layer={"eps": 1e-6}))
     assert norm.placement == "pre" and type(norm.layer(D)) is RMSNorm and norm.layer(D).eps == 1e-6
     assert resolve_norm(norm) is norm and resolve_norm(None).placement == "pre"
     ffn = resolve_part("ffn", functools.partial(FeedForward, gated=True), None)
     assert ffn(dim=D).gate_proj is not None
-    assert resolve_part("moe", {}, None) is None  # conf/moe/off.yaml
+    assert resolve_part("moe", load_part("moe", "off"), None) is None  # conf/moe/off.yaml is {}: dense
     assert resolve_part("moe", None, None) is None
 
 
+LAYER = functools.partial(torch.nn.LayerNorm)
+
+
 @pytest.mark.parametrize("bad, match", [
-    ({"placement": "sandwich", "layer": {"_target_": "torch.nn.LayerNorm", "_partial_": True}}, "norm.placement"),
+    ({"placement": "sandwich", "layer": LAYER}, "norm.placement"),
     ({"placement": "pre"}, "norm must be"),
-    ({"placement": "pre", "layer": {"_target_": "torch.nn.LayerNorm", "_partial_": True}, "kind": "x"}, "unknown key"),
-    ({"placement": "pre", "layer": {"_target_": "torch.nn.NoSuchNorm", "_partial_": True}}, "cannot build"),
+    ({"placement": "pre", "layer": LAYER, "kind": "x"}, "unknown key"),
+    ({"placement": "pre", "layer": {"_target_": "torch.nn.LayerNorm", "_partial_": True}},
+     "norm.layer: got the config of torch.nn.LayerNorm, not the part: build it first"),
 ])
 def test_bad_norm_parts_are_one_line_errors(bad, match):
     with pytest.raises(PartError, match=match) as e:
         resolve_norm(bad)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("group", ["ffn", "moe", "attn", "pos"])
+def test_a_part_given_as_its_config_is_refused_not_built(group):
+    """The parts build nothing from names: a config mapping is Hydra's or builders' to build."""
+    with pytest.raises(PartError, match=f"^{group}: got the config of torch.nn.Identity, not the part"):
+        resolve_part(group, {"_target_": "torch.nn.Identity", "_partial_": True}, None)
+
+
+def test_builders_refuse_a_class_that_does_not_exist():
+    with pytest.raises(PartError, match="^norm.layer: cannot build torch.nn.NoSuchNorm: no such class$"):
+        load_part("norm", "pre", layer={"_target_": "torch.nn.NoSuchNorm"})
 
 
 def test_load_part_unknown_option_names_the_choices():

@@ -95,9 +95,9 @@ def test_every_key_of_every_option_is_a_declared_setting(group, option, key):
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in PART_SETTINGS for o in options(g)])
 def test_every_option_as_shipped_makes_its_settings(group, option):
-    from attnlab.modules.parts import load_part
+    from attnlab.builders import part_config
 
-    config = load_part(group, option)
+    config = part_config(group, option)
     if group == "moe" and not config:  # moe=off: dense, no settings
         return
     settings = PART_SETTINGS[group].from_config(config)
@@ -164,18 +164,18 @@ def override_value(v: Any) -> str:
 def _target(group: str, option: str):
     from hydra.utils import get_object
 
-    from attnlab.modules.parts import load_part
+    from attnlab.builders import part_config
 
-    return get_object(load_part(group, option)["_target_"])
+    return get_object(part_config(group, option)["_target_"])
 
 
 def option_reading(group: str, name: str) -> str:
     """A conf option of ``group`` whose part reads setting ``name``: one whose YAML sets it, else one whose class
     takes it (``pos.init_std``: learned)."""
-    from attnlab.modules.parts import load_part
+    from attnlab.builders import part_config
 
-    found = [o for o in options(group) if name in load_part(group, o)]
-    found = found or [o for o in options(group) if load_part(group, o)
+    found = [o for o in options(group) if name in part_config(group, o)]
+    found = found or [o for o in options(group) if part_config(group, o)
                       and name in inspect.signature(_target(group, o)).parameters]
     assert found, f"no {group} option reads {name}"
     return found[0]
@@ -267,7 +267,7 @@ def size_cases() -> list[tuple[str, str, tuple[str, ...]]]:
 @pytest.mark.parametrize("group,option,extra", size_cases())
 def test_relations_to_the_sizes_say_the_same_from_train_py_and_from_the_part(group, option, extra, tmp_path):
     from attnlab.models.causal_lm import CausalLM
-    from attnlab.modules.parts import load_part
+    from attnlab.builders import load_part
 
     base = compose_train(["model=causal_lm", f"{group}={option}"], tmp_path)
     for d_model, n_heads in SIZES:
@@ -285,7 +285,8 @@ def test_relations_to_the_sizes_say_the_same_from_train_py_and_from_the_part(gro
 
 @pytest.mark.parametrize("option", options("pos"))
 def test_the_vits_grid_refuses_the_same_positions_before_torch_and_when_built(option, tmp_path):
-    from attnlab.modules.parts import load_part, resolve_positions
+    from attnlab.builders import load_part
+    from attnlab.modules.parts import resolve_positions
 
     said = config_problems(compose_train(["model=vit", f"pos={option}"], tmp_path))
     try:
@@ -313,14 +314,15 @@ def test_the_position_kinds_are_conf_pos_options():
 def _builders(settings: type[Settings]) -> list:
     from hydra.utils import get_object
 
-    from attnlab.modules.parts import Norm, load_part
+    from attnlab.builders import part_config
+    from attnlab.modules.parts import Norm
     from attnlab.tasks.masked_lm import MaskedLMTask
 
     if settings is MaskingSettings:
         return [MaskedLMTask]
     if settings.GROUP == "norm":
         return [Norm]
-    return [get_object(t) for t in {load_part(settings.GROUP, o).get("_target_") for o in options(settings.GROUP)}
+    return [get_object(t) for t in {part_config(settings.GROUP, o).get("_target_") for o in options(settings.GROUP)}
             if t]
 
 

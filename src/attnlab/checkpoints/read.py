@@ -228,10 +228,10 @@ def hyper_parameters(ckpt: dict, path: str | Path) -> dict:
     hparams = ckpt.get("hyper_parameters")
     if isinstance(hparams, dict):
         check_targets(hparams, f"{path}: hyper_parameters")
-    return _model_config(ckpt, path)
+    return model_config(ckpt, path)
 
 
-def _model_config(ckpt: dict, path: str | Path) -> dict:
+def model_config(ckpt: dict, path: str | Path) -> dict:
     """The hyper-parameters of a trusted checkpoint, which must hold the net's config to rebuild the model."""
     hparams = ckpt.get("hyper_parameters")
     if not isinstance(hparams, dict) or not isinstance(hparams.get("net"), dict):

@@ -12,8 +12,9 @@ every layer of every model. The builders finish the calls with the sizes:
     pos    <positions, partial>                                     pos(max_len=, d_model=, n_heads=[, grid=])
 
 A new variant is a class (or none, when torch has it: ``torch.nn.LayerNorm``) and one YAML file; nothing here
-changes. :func:`resolve` accepts a part as Hydra built it, as a config mapping (models built in Python, notebooks),
-or None (the defaults below, which are what ``conf/train.yaml`` picks).
+changes. :func:`resolve` accepts a part as Hydra built it (or as Python code builds it:
+``attnlab.builders.load_part("attn", "gqa", kv_heads=4)``), or None (the defaults below, which are what
+``conf/train.yaml`` picks). Nothing here reads a config or imports a class by name.
 """
 
 from __future__ import annotations
@@ -23,11 +24,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import hydra
-from hydra.errors import InstantiationException
 from torch import nn
 
-from ..checkpoints.allowed_targets import check_targets
 from ..core.errors import PartError
 from .attention import MultiHeadAttention
 from .feedforward import FeedForward
@@ -35,40 +33,13 @@ from .positional import LearnedPositions
 from .settings import NormSettings
 
 
-
-def _instantiate(group: str, part: Any) -> Any:
-    """A part given as a config mapping with ``_target_`` -> the object Hydra makes of it (a partial). Arguments the
-    class does not take (a config or a checkpoint read from a file) are one line before it is built; an error from
-    inside the build is the part's own refusal (a UserError, one line) or a bug, which keeps its traceback."""
+def _built(group: str, part: Any) -> Any:
+    """A part as it arrives: built (a class or partial). A config mapping that names a class (``_target_``) has not
+    been built: the parts build nothing from names, so that no code a file names runs here."""
     if isinstance(part, Mapping) and "_target_" in part:
-        check_targets(part, group)  # only the project's own classes (attnlab.checkpoints.allowed_targets)
-        _check_arguments(group, part)
-        try:
-            return hydra.utils.instantiate(dict(part), _convert_="all")
-        except InstantiationException as e:
-            if not str(e).startswith("Error locating target"):  # a part's refusal (its cause) or a bug: as it is
-                raise
-            raise PartError(f"{group}: cannot build {part['_target_']}: {str(e).splitlines()[0].split(',')[0]} "
-                            f"(no such class)") from None
+        raise PartError(f"{group}: got the config of {part['_target_']}, not the part: build it first "
+                        f"(attnlab.builders.load_part(group, option), or hydra.utils.instantiate)")
     return part
-
-
-def _check_arguments(group: str, part: Mapping) -> None:
-    import inspect
-
-    try:
-        target = hydra.utils.get_object(str(part["_target_"]))
-    except ImportError:
-        raise PartError(f"{group}: cannot build {part['_target_']}: no such class") from None
-    args = {k: v for k, v in part.items() if not (k.startswith("_") and k.endswith("_"))}
-    try:
-        signature = inspect.signature(target)
-    except (TypeError, ValueError):  # a builtin without one: torch checks its own arguments
-        return
-    try:
-        (signature.bind_partial if part.get("_partial_") else signature.bind)(*part.get("_args_", ()), **args)
-    except TypeError as e:
-        raise PartError(f"{group}: cannot build {part['_target_']}: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -105,7 +76,7 @@ def resolve_norm(norm: Any) -> Norm:
     if not isinstance(norm, Mapping) or "layer" not in norm:
         raise PartError(f"norm must be {{placement: pre|post, layer: ...}} (conf/norm/*.yaml), got {norm!r}")
     settings = NormSettings.from_config(norm)  # its keys and values, before the layer is built
-    return Norm(_instantiate("norm.layer", norm["layer"]), settings.placement)
+    return Norm(_built("norm.layer", norm["layer"]), settings.placement)
 
 
 def resolve_part(group: str, part: Any, default: Any) -> Any:
@@ -114,9 +85,10 @@ def resolve_part(group: str, part: Any, default: Any) -> Any:
         return default
     if isinstance(part, Mapping) and not part and group == "moe":  # conf/moe/off.yaml is {}: dense
         return None
-    part = _instantiate(group, part)
+    part = _built(group, part)
     if not callable(part):
-        raise PartError(f"{group} must be a config with _target_ (conf/{group}/*.yaml), got {part!r}")
+        raise PartError(f"{group} must be a part (a class or partial, as conf/{group}/*.yaml builds it), "
+                        f"got {part!r}")
     return part
 
 
@@ -142,24 +114,3 @@ class BlockParts:
 
 def resolve_positions(pos: Any) -> Callable[..., nn.Module]:
     return resolve_part("pos", pos, DEFAULT_POS)
-
-
-def load_part(group: str, option: str, **overrides: Any) -> dict:
-    """The config of ``conf/<group>/<option>.yaml`` (with the options it extends through its ``defaults``) and
-    ``overrides``, as a plain dict: what ``python train.py <group>=<option>`` gives a model, for models built in
-    Python (``CausalLM(..., attn=load_part("attn", "gqa", kv_heads=4))``)."""
-    from omegaconf import OmegaConf
-
-    from ..core.paths import CONF_DIR
-
-    path = CONF_DIR / group / f"{option}.yaml"
-    if not path.is_file():
-        options = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
-        raise PartError(f"no {group} option {option!r}; choose one of {', '.join(options)}")
-    cfg = OmegaConf.load(path)
-    base = OmegaConf.create()
-    for entry in cfg.pop("defaults", []):  # the options this one extends, then itself (`_self_`)
-        if entry != "_self_":
-            base = OmegaConf.merge(base, OmegaConf.create(load_part(group, entry)))
-    merged = OmegaConf.merge(base, cfg, OmegaConf.create(overrides))
-    return OmegaConf.to_container(merged, resolve=True)

@@ -13,7 +13,7 @@ import hydra
 
 from ..checkpoints.read import (
     TrustedCheckpoint,
-    _model_config,
+    model_config,
     check_callback_paths,
     read_trusted,
 )
@@ -45,30 +45,23 @@ def _task_class(ckpt: dict, path: Path, expected: type | str, what: str) -> type
 
 
 def build_task(task_cls: type, ckpt: dict, path: str | Path, device: str = "cpu"):
-    """The task rebuilt from the checkpoint :func:`read_trusted` read (never from the file again: what was checked is what is
-    built), its weights loaded strictly.
-
-    What ``LightningModule.load_from_checkpoint`` does, minus reading the file a second time and minus Lightning's
-    older hyper-parameter keys: the task is built from the checked ``hyper_parameters`` (arguments the task no
-    longer takes are dropped, as Lightning does), ``on_load_checkpoint`` renames an earlier layout's keys and
-    reads the tokenizer, and the state dict must fit (:func:`check_fits`) before it is loaded."""
+    """The task rebuilt from the checkpoint :func:`read_trusted` read (never from the file again: what was checked
+    is what is built), its weights loaded strictly (:meth:`Task.from_checkpoint`), after what a damaged file can get
+    wrong: a net too big for this machine, a value out of range, a required argument missing. The build then has
+    nothing to guard: an error from inside it is a bug (it keeps its traceback), or a part's own one-line refusal."""
     import inspect
 
     from .model_memory import net_memory_problem
     from .validate import model_value_problems
 
-    hparams = _model_config(ckpt, path)
+    hparams = model_config(ckpt, path)
     # the sizes are the file's: a model too big for this machine is one line, not an allocation failure
     too_big = net_memory_problem(hparams["net"], "gpu" if str(device).startswith("cuda") else "cpu",
                                  bytes_per_parameter=4, what="its float32 weights need",
                                  to_fix="a damaged checkpoint, or one for a bigger machine")
     if too_big:
         raise CheckpointError(f"{path}: {too_big}")
-    params = inspect.signature(task_cls.__init__).parameters
-    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        hparams = {k: v for k, v in hparams.items() if k in params}
-    # what a damaged file can get wrong is checked before the build, which then has nothing to guard: an error
-    # from inside it is a bug (it keeps its traceback), or a part's own one-line refusal of its value
+    hparams = task_cls.arguments_from(hparams)
     problems = model_value_problems(hparams)
     try:
         inspect.signature(task_cls).bind(**hparams)
@@ -77,11 +70,7 @@ def build_task(task_cls: type, ckpt: dict, path: str | Path, device: str = "cpu"
     if problems:
         raise CheckpointError(f"{path}: cannot build {task_cls.__name__} from its hyper_parameters (damaged?): "
                               f"{problems[0]}")
-    task = task_cls(**hparams)
-    task._checkpoint_path = path  # named by on_load_checkpoint's refusals
-    task.on_load_checkpoint(ckpt)  # renames an earlier layout's keys, checks the weights fit, restores the tokenizer
-    task.load_state_dict(ckpt["state_dict"], strict=True)
-    return task.to(device)
+    return task_cls.from_checkpoint(ckpt, path).to(device)
 
 
 def load_task(path: str | Path, expected: type | str, what: str, device: str = "cpu") -> tuple[object, dict]:
@@ -94,7 +83,7 @@ def load_task(path: str | Path, expected: type | str, what: str, device: str = "
     trusted = read_trusted(path)
     ckpt, path = trusted.contents, trusted.path
     task_cls = _task_class(ckpt, path, expected, what)
-    _model_config(ckpt, path)
+    model_config(ckpt, path)
     for key in getattr(task_cls, "checkpoint_keys", ()):
         check_tokenizer(ckpt.get(key), path, key)
     task = build_task(task_cls, ckpt, path, device)
@@ -123,7 +112,7 @@ def for_training(path: str | Path | None, model_cfg: Any, option: str) -> Truste
     name = trusted.task_class
     if name is None:
         raise CheckpointError(f"{path} names no task_class: not a checkpoint written by attnlab's train.py")
-    _model_config(ckpt, path)
+    model_config(ckpt, path)
     check_callback_paths(ckpt, path)
     want = model_cfg.get("_target_") if isinstance(model_cfg, Mapping) else None
     if want and name != want:

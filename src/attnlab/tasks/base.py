@@ -8,10 +8,16 @@ steps call them, add the MoE terms to the training loss and log everything under
 
 Tasks receive *configs* (plain dicts with ``_target_``), not built modules, and call ``save_hyperparameters()``:
 a checkpoint then rebuilds its own model (``Task.load_from_checkpoint(path)``) with no Hydra run around it.
+
+A task trusts the config it is given: the classes a file names are checked where the file is read
+(:func:`attnlab.checkpoints.read.read_trusted`, which :meth:`Task.load_from_checkpoint` goes through too), the
+classes a run's config names where the run is planned (:mod:`attnlab.runs.plan`); a config written in Python is
+the caller's own code.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import random
 from pathlib import Path
@@ -23,7 +29,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from ..checkpoints.allowed_targets import check_targets
+from ..checkpoints.read import model_config, read_trusted
 from ..checkpoints.upgrade import (
     upgrade_net_config,
     upgrade_optimizer_config,
@@ -52,8 +58,7 @@ def build_net(cfg: Any) -> nn.Module:
 
 
 def _instantiate_net(cfg: dict) -> nn.Module:
-    """The net of a config already in today's form."""
-    check_targets(cfg, "model.net")  # only the project's own classes: a config from a file is data, not code
+    """The net of a config already in today's form (its classes checked where it was read: see the module's doc)."""
     return hydra.utils.instantiate(cfg, _convert_="all")
 
 
@@ -106,10 +111,40 @@ class Task(L.LightningModule):
         # what to build (a _target_ and its arguments); bare values are AdamW's and warm-up + cosine's
         self.optimizer_cfg = upgrade_optimizer_config(to_container(optimizer))
         self.scheduler_cfg = upgrade_scheduler_config(to_container(scheduler))
-        check_targets(self.optimizer_cfg, "model.optimizer")  # like the net's: only conf/optim's, conf/sched's code
-        check_targets(self.scheduler_cfg, "model.scheduler")
         self.compile_net = compile
         self._compiled: nn.Module | None = None
+
+    @classmethod
+    def arguments_from(cls, hparams: dict) -> dict:
+        """``hparams`` without the arguments this task no longer takes (as Lightning drops them)."""
+        params = inspect.signature(cls.__init__).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return dict(hparams)
+        return {k: v for k, v in hparams.items() if k in params}
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: dict, path: str | Path = "the checkpoint", **overrides: Any) -> Task:
+        """The task a checkpoint read by :func:`read_trusted` holds, its weights loaded strictly: built from its
+        ``hyper_parameters`` (and ``overrides``; arguments the task no longer takes are dropped, as Lightning does),
+        an earlier layout's keys renamed and the tokenizer restored by :meth:`on_load_checkpoint`."""
+        task = cls(**cls.arguments_from({**model_config(ckpt, path), **overrides}))
+        task._checkpoint_path = path  # named by on_load_checkpoint's refusals
+        task.on_load_checkpoint(ckpt)  # renames an earlier layout's keys, checks the weights fit, the tokenizer
+        task.load_state_dict(ckpt["state_dict"], strict=True)
+        return task
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: str | Path, map_location: Any = None, hparams_file: Any = None,
+                             strict: bool | None = None, **kwargs: Any) -> Task:
+        """Lightning's ``load_from_checkpoint`` through the one trusted read (``weights_only=True``, the classes
+        named in the file checked before anything is built) and :meth:`from_checkpoint`: always strict, from the
+        file's own hyper-parameters (``kwargs`` override them; ``weights_only`` is accepted and always true)."""
+        if hparams_file is not None or strict is False:
+            raise ValueError("attnlab tasks load strictly from the checkpoint's own hyper-parameters")
+        kwargs.pop("weights_only", None)
+        trusted = read_trusted(checkpoint_path)
+        task = cls.from_checkpoint(trusted.contents, trusted.path, **kwargs)
+        return task.to(map_location) if map_location is not None else task
 
     def __setattr__(self, name, value):
         # Keep the compiled wrapper out of the module registry: it would duplicate every key of the state dict.
