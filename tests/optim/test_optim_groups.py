@@ -122,3 +122,19 @@ def test_a_checkpoint_may_name_the_options_of_conf_and_nothing_else(base):
             check_targets({key: saved}, f"{group}={name}")
     with pytest.raises(UnsafeTargetError, match=r"optimizer\._target_ = 'torch\.optim\.LBFGS'"):
         check_targets({"optimizer": {"_target_": "torch.optim.LBFGS", "_partial_": True}}, "a checkpoint")
+
+
+@pytest.mark.parametrize("optim_name", OPTIMS)
+def test_the_settings_flow_one_way(base, optim_name):
+    """model.optimizer (the model's tuned values, what a user overrides) -> the chosen optim group (reads them) ->
+    the task's ``optimizer`` argument -> the built optimizer; nothing is written back into the config."""
+    cfg = with_option(base, "optim", optim_name)
+    with open_dict(cfg):
+        cfg.model.optimizer.lr = 0.0123
+        cfg.model.optimizer.weight_decay = 0.0456
+    before = OmegaConf.to_container(cfg, resolve=False)
+    task, opt, _ = _task(cfg)
+    assert OmegaConf.to_container(cfg, resolve=False) == before  # no write-back
+    assert task.optimizer_cfg == OmegaConf.to_container(cfg.optim, resolve=True)  # the group, as the task saves it
+    assert {g["initial_lr"] for g in opt.param_groups} == {0.0123}  # (lr: scaled by the warm-up)
+    assert {g["weight_decay"] for g in opt.param_groups} == {0.0456, 0.0}

@@ -1,10 +1,17 @@
 """Build the optimizer and the LR schedule a task's ``optimizer`` / ``scheduler`` configs name (conf/optim,
-conf/sched: ``_target_`` and its arguments, ``_partial_: true``: the parameters and the run length come here)."""
+conf/sched). Each is a partial (``_target_``, its arguments, ``_partial_: true``), as Hydra builds it; it is
+completed here: the optimizer with the model's parameter groups, the schedule with the run's length and step.
+
+The settings flow one way: the model's tuned values (``model.optimizer.lr``, ``model.scheduler.warmup_steps``,
+in its conf/model file: what a user overrides) are read by the chosen group's interpolations (``optim=sgd``
+picks the class and reads the same values); the task gets the group as its ``optimizer`` argument and saves it;
+nothing is written back.
+"""
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,37 +43,36 @@ def param_groups(model: nn.Module, weight_decay: float, hidden_matrices: bool = 
             {**groups[1], "hidden": False}]
 
 
-def _target(cfg: dict) -> tuple[Callable, dict]:
-    """The callable a config's ``_target_`` names and its arguments (Hydra's keys left out)."""
+def _partial(cfg: dict) -> functools.partial:
+    """The partial a config names (Hydra's instantiate of ``_target_`` with ``_partial_: true``), its list
+    arguments as the tuples torch's signatures say (betas, Adafactor's eps)."""
     import hydra
 
-    args = {k: v for k, v in cfg.items() if not (k.startswith("_") and k.endswith("_"))}
-    return hydra.utils.get_object(cfg["_target_"]), args
-
-
-def _takes(fn: Callable, name: str) -> bool:
-    return name in inspect.signature(fn).parameters
+    made = hydra.utils.instantiate({**cfg, "_partial_": True}, _convert_="all")
+    return functools.partial(made.func, *made.args,
+                             **{k: tuple(v) if isinstance(v, list) else v for k, v in made.keywords.items()})
 
 
 def build_optimizer(model: nn.Module, cfg: dict, precision: Any = None) -> torch.optim.Optimizer:
-    """The optimizer ``cfg`` names over :func:`param_groups` of ``model`` (weight decay per group: the config's
-    ``weight_decay`` on the matrices, none on the rest).
+    """The optimizer ``cfg`` names, completed with the model's parameter groups: :func:`param_groups` (the config's
+    ``weight_decay`` on the matrices, none on the rest), or the class's own ``group_parameters(model,
+    weight_decay)`` where it has one (:class:`~attnlab.optim.muon.MuonWithAdamW`: the hidden matrices apart).
 
     Fused where the class has a fused kernel and it is allowed: one kernel over every parameter instead of ~12
     tensor ops per parameter, measured 3-5x faster AdamW steps on CPU (bench P1). Not under mixed precision
     (``16-mixed``, ``bf16-mixed``): Lightning's mixed-precision plugin refuses gradient clipping with an optimizer
     that can unscale gradients itself, which a fused one declares (even for bf16, where there is no scaler)."""
-    cls, args = _target(cfg)
-    # lists from YAML as the tuples torch's signatures say (betas, Adafactor's eps)
-    args = {k: tuple(v) if isinstance(v, list) else v for k, v in args.items()}
-    weight_decay = args.pop("weight_decay", 0.0)
-    groups = param_groups(model, weight_decay, hidden_matrices=getattr(cls, "splits_hidden_matrices", False))
+    make = _partial(cfg)
+    weight_decay = make.keywords.get("weight_decay", 0.0)
+    group = getattr(make.func, "group_parameters", param_groups)
+    groups = group(model, weight_decay)
     params = [p for g in groups for p in g["params"]]
-    if _takes(cls, "fused") and "fused" not in args:
+    extra = {}
+    if "fused" in inspect.signature(make.func).parameters and "fused" not in make.keywords:
         mixed = "mixed" in str(precision) or str(precision) in ("16", "half")
         supported = all(p.is_floating_point() and p.device.type in ("cpu", "cuda", "mps", "xpu") for p in params)
-        args["fused"] = bool(params) and supported and not mixed
-    return cls(groups, **args)
+        extra["fused"] = bool(params) and supported and not mixed
+    return make(groups, **extra)
 
 
 def build_lr_schedule(optimizer: torch.optim.Optimizer, cfg: dict,
@@ -75,6 +81,7 @@ def build_lr_schedule(optimizer: torch.optim.Optimizer, cfg: dict,
     optimizer steps (the config's own ``total_steps`` wins: ``+sched.total_steps=N`` fixes the schedule whatever the
     run's length). A closure, not a callable object: LambdaLR would save an object's attributes and restore them on
     resume, and a resumed run must follow its config's schedule."""
-    fn, args = _target(cfg)
+    make = _partial(cfg)
+    args = dict(make.keywords)
     total = args.pop("total_steps", None) or total_steps
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: fn(step, total, **args))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: make.func(step, total, *make.args, **args))

@@ -13,13 +13,18 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from .build import param_groups
+
 
 class MuonWithAdamW(torch.optim.Optimizer):
-    """Groups marked ``hidden: True`` (:func:`attnlab.optim.param_groups` with ``hidden_matrices``) go to Muon,
+    """Groups marked ``hidden: True`` (:meth:`group_parameters`, which ``build_optimizer`` calls) go to Muon,
     the rest to AdamW; ``lr`` and ``weight_decay`` are shared (``adjust_lr_fn="match_rms_adamw"`` scales Muon's
     update to AdamW's RMS so that one learning rate serves both, per Moonshot's "Muon is Scalable")."""
 
-    splits_hidden_matrices = True  # tells build_optimizer to mark the hidden matrices
+    @staticmethod
+    def group_parameters(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+        """The model's parameter groups with the hidden layers' matrices apart, marked ``hidden: True``."""
+        return param_groups(model, weight_decay, hidden_matrices=True)
 
     def __init__(self, params: Iterable[dict], lr: float = 1e-3, weight_decay: float = 0.1, momentum: float = 0.95,
                  nesterov: bool = True, ns_steps: int = 5, adjust_lr_fn: str | None = "match_rms_adamw",
