@@ -54,8 +54,14 @@ def one_line_hydra_errors(hydra_main: Callable[[], Any], job_started: Callable[[
     from omegaconf.errors import OmegaConfBaseException
 
     original = getattr(hydra_utils, "run_and_report", None)
-    if original is None:  # another Hydra: its own report (train.py's main still maps the exit status)
-        return hydra_main()
+    if original is None:  # another Hydra: its own report, and its exit status 1 for a bad command line made 2
+        try:
+            return hydra_main()
+        except SystemExit as e:  # (the exception Hydra printed is the context of its sys.exit(1))
+            config_error = isinstance(e.__context__, (HydraException, OmegaConfBaseException))
+            if e.code == 1 and not job_started() and config_error:
+                raise SystemExit(2) from None
+            raise
 
     def run_and_report(func: Callable[[], Any]) -> Any:
         try:
@@ -68,7 +74,7 @@ def one_line_hydra_errors(hydra_main: Callable[[], Any], job_started: Callable[[
                 sys.exit(1)
             if (job_started() or os.environ.get("HYDRA_FULL_ERROR") == "1"
                     or not isinstance(error, (HydraException, OmegaConfBaseException))):
-                def again() -> Any:
+                def again(error: Exception = error) -> Any:  # (bound now: Python unbinds the name after except)
                     raise error
 
                 return original(again)

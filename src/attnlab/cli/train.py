@@ -16,20 +16,13 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from ..runs import ddp, resume, folder as run_folder
-from ..files.log_file import raise_if_failed, watch_file_handlers
+from ..runs import ddp, folder as run_folder
+from ..files.log_file import raise_if_failed
 from ..core.paths import CONF_DIR
-from ..runs.build import (
-    drop_callbacks_needing_a_logger,
-    finish_loggers,
-    instantiate_all,
-    rank_zero,
-    with_run_checkpointing,
-)
+from ..runs.build import build_run, finish_loggers, rank_zero
 from ..runs.outcome import interrupted, job_ended, job_failed, write_metrics
 from ..runs.plan import RunPlan, plan, preflight, print_plan
 from ..runs import threads
-from ..runs.config_tree import flatten
 
 if TYPE_CHECKING:
     import lightning as L
@@ -43,53 +36,18 @@ def run(the_plan: RunPlan | DictConfig, stops: StageSignals | None = None) -> di
     """Fit and test as the plan says; return the final metrics (floats). A config composed in Python (the tests,
     the notebooks) is planned here (:func:`attnlab.runs.plan.plan`). ``stops``: the stop signals between the
     stages (installed by the caller around this call)."""
-    import lightning as L
-
-    from ..callbacks.run_log import RunLogCheck
     from ..callbacks.stage_signals import StageSignals
-    from ..runs.console import tidy_lightning_output, without_wandb_notices
 
     if not isinstance(the_plan, RunPlan):
         the_plan = plan(the_plan)
-    cfg, checkpoint = the_plan.cfg, the_plan.checkpoint
-    tidy_lightning_output()
-    ddp.install()  # before the Trainer exists: DDP ranks re-run this job's saved config (see ddp.py)
-    L.seed_everything(cfg.seed, workers=True)
-    datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
-    model = hydra.utils.instantiate(the_plan.model, _convert_="all")
-    if checkpoint is not None:
-        checkpoint.check_fits(model)  # of other sizes or parts: one line, no logger yet
-    if rank_zero():
-        # the data read (and the cache built) before any logger, checkpoint or trainer exists: a bad file is one line
-        # and the refused run leaves no folder; every data module's setup is idempotent (Lightning's own call then
-        # returns at once), and nothing between here and it draws from the random generators
-        datamodule.prepare_data()
-        datamodule.setup("fit")
-        if checkpoint is not None:
-            resume.check_tokenizer(checkpoint, datamodule, the_plan.option)
-    if checkpoint is not None:
-        checkpoint.drop_tensors()  # checked; Lightning restores them from the file itself
-    loggers = instantiate_all(cfg.get("logger"))
-    callbacks = drop_callbacks_needing_a_logger(instantiate_all(cfg.get("callbacks")), loggers)
-    callbacks = with_run_checkpointing(cfg, callbacks)
-    callbacks.append(RunLogCheck())  # a full disk under a log file (train.log, W&B's) stops the run at the next batch
     stops = stops if stops is not None else StageSignals()
-    callbacks.append(stops)
-    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
-
-    without_wandb_notices(loggers)
-    for lg in loggers:
-        lg.experiment  # noqa: B018 - starts W&B's run (wandb.init adds its debug.log handler)
-    watch_file_handlers()  # a full disk under W&B's folder: one line at the next batch, not a traceback per record
-    for lg in loggers:
-        lg.log_hyperparams(flatten(the_plan.resolved))
-
+    built = build_run(the_plan, stops)
     metrics: dict[str, float] = {}
     with ddp.distributed_job():
         try:
-            _fit_and_test(the_plan, trainer, model, datamodule, metrics, stops)
+            _fit_and_test(the_plan, built.trainer, built.model, built.datamodule, metrics, stops)
         finally:
-            finish_loggers(loggers)
+            finish_loggers(built.loggers)
     return metrics
 
 
@@ -175,22 +133,7 @@ def train_job(cfg: DictConfig, hc) -> float | None:
 def main() -> None:
     from .hydra_errors import one_line_hydra_errors
 
-    try:
-        one_line_hydra_errors(_main, lambda: _job_started)
-    except SystemExit as e:
-        # Hydra reports a bad command line (an unknown group option or key, a malformed override) with its own
-        # message and exit status 1; like every other bad input here it exits with 2. The exception Hydra
-        # printed is the context of its sys.exit(1); once a job has started, exit 1 is the job's (a bug, a sweep).
-        if e.code == 1 and not _job_started and _is_hydra_config_error(e.__context__):
-            raise SystemExit(2) from None
-        raise
-
-
-def _is_hydra_config_error(error: BaseException | None) -> bool:
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    return isinstance(error, (HydraException, OmegaConfBaseException))
+    one_line_hydra_errors(_main, lambda: _job_started)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""What a training run is built from, once its plan is made (:mod:`attnlab.runs.plan`): the task, the callbacks and
-loggers the config names, and the checkpoint callback every run keeps. Nothing here checks a value: the plan did.
+"""What a training run is built from, once its plan is made (:mod:`attnlab.runs.plan`): the data, the task, the
+callbacks and loggers the config names, the checkpoint callback every run keeps, and the trainer
+(:func:`build_run`). Nothing here checks a value: the plan did.
 
 Lightning is imported inside the functions, so that planning (and a refused command line) never pays for it.
 """
@@ -7,6 +8,7 @@ Lightning is imported inside the functions, so that planning (and a refused comm
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +18,64 @@ from omegaconf import DictConfig, OmegaConf
 if TYPE_CHECKING:
     import lightning as L
 
+    from ..callbacks.stage_signals import StageSignals
+    from .plan import RunPlan
+
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BuiltRun:
+    datamodule: L.LightningDataModule
+    model: L.LightningModule
+    trainer: L.Trainer
+    loggers: list
+
+
+def build_run(the_plan: RunPlan, stops: StageSignals) -> BuiltRun:
+    """Data, task, loggers, callbacks (``stops`` among them) and trainer from the plan alone, in the order that keeps
+    a refusal cheap and a resumed run exact: the task is checked against the continued checkpoint and the data read
+    before any logger, callback or trainer exists."""
+    import lightning as L
+
+    from ..callbacks.run_log import RunLogCheck
+    from ..files.log_file import watch_file_handlers
+    from . import ddp, resume
+    from .config_tree import flatten
+    from .console import tidy_lightning_output, without_wandb_notices
+
+    cfg, checkpoint = the_plan.cfg, the_plan.checkpoint
+    tidy_lightning_output()
+    ddp.install()  # before the Trainer exists: DDP ranks re-run this job's saved config (see ddp.py)
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
+    model = hydra.utils.instantiate(the_plan.model, _convert_="all")
+    if checkpoint is not None:
+        checkpoint.check_fits(model)  # of other sizes or parts: one line, no logger yet
+    if rank_zero():
+        # the data read (and the cache built) before any logger, checkpoint or trainer exists: a bad file is one line
+        # and the refused run leaves no folder; every data module's setup is idempotent (Lightning's own call then
+        # returns at once), and nothing between here and it draws from the random generators
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+        if checkpoint is not None:
+            resume.check_tokenizer(checkpoint, datamodule, the_plan.option)
+    if checkpoint is not None:
+        checkpoint.drop_tensors()  # checked; Lightning restores them from the file itself
+    loggers = instantiate_all(cfg.get("logger"))
+    callbacks = drop_callbacks_needing_a_logger(instantiate_all(cfg.get("callbacks")), loggers)
+    callbacks = with_run_checkpointing(cfg, callbacks)
+    callbacks.append(RunLogCheck())  # a full disk under a log file (train.log, W&B's) stops the run at the next batch
+    callbacks.append(stops)
+    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+
+    without_wandb_notices(loggers)
+    for lg in loggers:
+        lg.experiment  # noqa: B018 - starts W&B's run (wandb.init adds its debug.log handler)
+    watch_file_handlers()  # a full disk under W&B's folder: one line at the next batch, not a traceback per record
+    for lg in loggers:
+        lg.log_hyperparams(flatten(the_plan.resolved))
+    return BuiltRun(datamodule, model, trainer, loggers)
 
 
 def rank_zero() -> bool:
