@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from .allowed_targets import check_targets, check_task_class
+from .exported import SETTINGS, is_exported, read_exported
 from ..core.errors import CheckpointError, DamagedCheckpointError, UnsafeCheckpointError, UserError
 from ..files.folder_paths import names_a_local_checkpoint
 from .state_fit import check_fits
@@ -130,6 +131,11 @@ class TrustedCheckpoint:
     contents: dict
 
     @property
+    def exported(self) -> bool:
+        """An exported model's folder (:mod:`.exported`): weights and settings, no training state."""
+        return is_exported(self.path)
+
+    @property
     def task_class(self) -> str | None:
         name = self.contents.get("task_class")
         return name if isinstance(name, str) else None
@@ -174,20 +180,26 @@ class TrustedCheckpoint:
 
 
 def checkpoint_file(path: str | Path) -> Path:
-    """``path`` as a file that exists, or the one line saying it does not (an entry point asks first when it would
-    otherwise wait on its input before reading the checkpoint)."""
+    """``path`` as a checkpoint file (or an exported model's folder) that exists, or the one line saying it does not
+    (an entry point asks first when it would otherwise wait on its input before reading the checkpoint)."""
     path = Path(path).expanduser()
-    if not path.is_file():
+    if not path.is_file() and not is_exported(path):
+        if path.is_dir():
+            raise CheckpointError(f"{path.resolve()} is a folder, not a checkpoint (an exported model's folder holds "
+                                  f"{SETTINGS})")
         raise CheckpointError(f"checkpoint not found: {path.resolve()}")
     return path
 
 
 def read_trusted(path: str | Path, option: str | None = None) -> TrustedCheckpoint:
-    """The one read of a checkpoint: a missing, unreadable, unsafe or damaged file, or one naming code outside the
-    allow-list, is a one-line :class:`CheckpointError` before anything named in it is imported. ``option``
+    """The one read of a checkpoint (a ``.ckpt`` file, or an exported model's folder: :mod:`.exported`): a missing,
+    unreadable, unsafe or damaged file, or one naming code outside the allow-list, is a one-line
+    :class:`CheckpointError` before anything named in it is imported. ``option``
     (``resume``, ``ckpt_path``): a damaged file is then refused first, naming an intact checkpoint next to it to
     continue from with that option; the inference entry points (no option) name what torch could not read."""
     path = checkpoint_file(path)
+    if is_exported(path):  # a folder of JSON and safetensors: no unpickler, the same checks below
+        return _trusted(path, read_exported(path))
     with open(path, "rb") as f:
         damage = archive_damage(path, f)
         f.seek(0)
@@ -204,6 +216,11 @@ def read_trusted(path: str | Path, option: str | None = None) -> TrustedCheckpoi
     if not isinstance(contents, dict):
         raise CheckpointError(f"{path} is not a checkpoint written by attnlab's train.py (it holds a "
                               f"{type(contents).__name__}, not a dict)")
+    return _trusted(path, contents)
+
+
+def _trusted(path: Path, contents: dict) -> TrustedCheckpoint:
+    """``contents`` checked: the task class and every ``_target_`` of its hyper-parameters are the project's own."""
     if isinstance(contents.get("task_class"), str):
         check_task_class(contents["task_class"], str(path))
     if isinstance(contents.get("hyper_parameters"), dict):  # before any task class is imported (seconds of Lightning)

@@ -58,6 +58,8 @@ def _fit_and_test(the_plan: RunPlan, trainer: L.Trainer, model, datamodule, metr
     cfg, checkpoint = the_plan.cfg, the_plan.checkpoint
     # the trusted file (a name such as "last", or a URL, is Lightning's to find)
     ckpt_path = str(checkpoint.path) if checkpoint is not None else cfg.get("ckpt_path")
+    if checkpoint is not None and checkpoint.exported:
+        ckpt_path = None  # an exported model's weights are the model's already (runs.build.build_run)
     if cfg.get("train"):
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
         from ..callbacks.exact_resume import restored_metrics

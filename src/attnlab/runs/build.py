@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     import lightning as L
 
     from ..callbacks.stage_signals import StageSignals
-    from .plan import RunPlan
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +31,9 @@ class BuiltRun:
     loggers: list
 
 
-def build_run(the_plan: RunPlan, stops: StageSignals) -> BuiltRun:
-    """Data, task, loggers, callbacks (``stops`` among them) and trainer from the plan alone, in the order that keeps
+def build_run(the_plan: Any, stops: StageSignals) -> BuiltRun:
+    """Data, task, loggers, callbacks (``stops`` among them) and trainer from the plan alone (a
+    :class:`~attnlab.runs.plan.RunPlan`, which imports this module), in the order that keeps
     a refusal cheap and a resumed run exact: the task is checked against the continued checkpoint and the data read
     before any logger, callback or trainer exists."""
     import lightning as L
@@ -60,6 +60,9 @@ def build_run(the_plan: RunPlan, stops: StageSignals) -> BuiltRun:
         datamodule.setup("fit")
         if checkpoint is not None:
             resume.check_tokenizer(checkpoint, datamodule, the_plan.option)
+    if checkpoint is not None and checkpoint.exported:  # (train=false) its weights are tested: Lightning reads no folder
+        model.on_load_checkpoint(checkpoint.contents)
+        model.load_state_dict(checkpoint.contents["state_dict"], strict=True)
     if checkpoint is not None:
         checkpoint.drop_tensors()  # checked; Lightning restores them from the file itself
     loggers = instantiate_all(cfg.get("logger"))

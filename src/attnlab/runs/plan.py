@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from . import resume, folder as run_folder
 from ..checkpoints.allowed_targets import check_targets
+from ..checkpoints.exported import is_exported
 from ..core.errors import ConfigError
 from ..files.folder_paths import names_a_local_checkpoint
 from ..files.log_file import raise_if_failed
@@ -91,10 +92,13 @@ def preflight(cfg: DictConfig, overrides: Sequence[str], run_dir: Path) -> RunPl
         notes += continue_run(cfg, run_dir)
         checkpoint = run_folder.checked_checkpoint(run_dir)  # read and trusted before Hydra wrote here
     named = str(cfg.get("ckpt_path") or "")
-    if names_a_local_checkpoint(named) and not Path(named).expanduser().is_file():
+    if names_a_local_checkpoint(named) and not (Path(named).expanduser().is_file() or is_exported(named)):
         raise ConfigError(f"checkpoint not found: {Path(named).expanduser().resolve()}")  # (before torch)
     the_plan = plan(cfg, list(overrides), checkpoint)  # (checked: now they may resolve)
     checkpoint = the_plan.checkpoint
+    if checkpoint is not None and checkpoint.exported and cfg.get("train"):
+        raise ConfigError(f"ckpt_path={named} is an exported model (weights, no training state): train=false "
+                          f"tests it; a run cannot continue from it")
     if checkpoint is not None and not the_plan.resuming and cfg.get("train"):
         # a new run from the checkpoint's training state trains on its data (resume=: checked by the folder guard)
         resume.check_checkpoint_data(checkpoint.contents, checkpoint.path, cfg.data)
