@@ -1,10 +1,11 @@
-"""Every variant of the block groups reaches every transformer family where it applies, and trains: the attention
-variants modern LMs use (attn=gqa|mqa, attn.qk_norm, attn.window, pos=alibi) and the one-YAML ffn=geglu.
+"""Every variant of the block groups reaches every transformer family where it applies, and trains: every option of
+conf/norm, conf/ffn, conf/attn, conf/pos and conf/moe (read from the folders: a new YAML file is tested by adding
+it) and the attention settings modern LMs use (attn.qk_norm, attn.window).
 
 Each (family, variant) is composed as `python train.py model=<family> debug=fast <variant>` would, built by
-train.py's own build_model, checked in its modules, then trained for a few AdamW steps on a fixed synthetic batch
-(the loss must fall). Where a variant does not apply it is refused in one line (ALiBi on the ViT's 2-D grid; attn=
-on the RNN models).
+train.py's own build_model, checked in its modules (every class the option's YAML names is built, in every layer
+it applies to), then trained for a few AdamW steps on a fixed synthetic batch (the loss must fall). Where a variant
+does not apply it is refused in one line (a sequence position on the ViT's 2-D grid; attn= on the RNN models).
 """
 
 from __future__ import annotations
@@ -12,22 +13,47 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import compose_train, run_cli
+from hydra.errors import InstantiationException
+from hydra.utils import get_object
+from omegaconf import OmegaConf
 
+from attnlab.builders import part_config
+from attnlab.core.errors import SettingError
+from attnlab.core.paths import CONF_DIR
 from attnlab.families import families, get
 from attnlab.modules.attention import MultiHeadAttention
 from attnlab.modules.positional import ALiBi
+from attnlab.modules.settings import PositionSettings
 from attnlab.runs.build import build_model
 
 # every registered family built from the attention group (attnlab.families): a new one is tested by being declared
 FAMILIES = [f.name for f in families() if "attn" in f.groups]
+GROUPS = ("norm", "ffn", "attn", "pos", "moe")
+# the options conf/train.yaml picks (a variant is any other one)
+DEFAULTS = {k: v for entry in OmegaConf.to_container(OmegaConf.load(CONF_DIR / "train.yaml").defaults)
+            if isinstance(entry, dict)
+            for k, v in entry.items() if k in GROUPS}
 VARIANTS = {
-    "gqa": ["attn=gqa"],  # debug=fast has 2 heads: gqa's 2 KV heads = MHA's count, so gqa is tested at 4 heads
-    "mqa": ["attn=mqa"],
-    "qk_norm": ["attn.qk_norm=true"],
-    "window": ["attn.window=3"],
-    "alibi": ["pos=alibi"],
-    "geglu": ["ffn=geglu"],
+    **{f"{g}={o}": [f"{g}={o}"] for g in GROUPS for o in sorted(p.stem for p in (CONF_DIR / g).glob("*.yaml"))
+       if o != DEFAULTS[g]},
+    "attn.qk_norm": ["attn.qk_norm=true"],
+    "attn.window": ["attn.window=3"],
 }
+
+
+def named_classes(node) -> set[type]:
+    """The nn.Module classes a part's config names (its ``_target_``s, at any depth)."""
+    found = set()
+    if isinstance(node, dict):
+        target = node.get("_target_")
+        obj = get_object(target) if isinstance(target, str) else None
+        if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
+            found.add(obj)
+        for value in node.values():
+            found |= named_classes(value)
+    return found
+
+
 HEADS = 4  # every family at 4 heads of 8 dimensions: gqa (2 KV heads) is then really grouped
 
 
@@ -36,25 +62,43 @@ def build(family: str, variant: list[str], tmp_path) -> torch.nn.Module:
     return build_model(cfg.model).net
 
 
+def test_every_conf_option_is_a_variant():
+    assert {"attn=gqa", "attn=mqa", "pos=alibi", "ffn=geglu", "norm=rms", "moe=on"} <= set(VARIANTS)
+    assert set(DEFAULTS) == set(GROUPS)
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_variant_reaches_every_attention_and_trains(family, variant, tmp_path):
-    if variant == "alibi" and (family == "vit" or "pos" not in get(family).groups):
-        pytest.skip("not applicable: refused (vit) or no pos group (tts), see the tests below")
+    group = variant.split("=")[0].split(".")[0]
+    if group not in get(family).groups:
+        pytest.skip(f"model={family} is not built from the {group} group (refused: see the test below)")
     torch.manual_seed(0)
-    net = build(family, VARIANTS[variant], tmp_path).train()
+    try:
+        net = build(family, VARIANTS[variant], tmp_path).train()
+    except InstantiationException as e:  # a sequence position on the ViT's 2-D grid: the part's one-line refusal
+        while e.__cause__ is not None and not isinstance(e, SettingError):
+            e = e.__cause__
+        assert isinstance(e, SettingError), e
+        assert group == "pos" and variant.split("=")[1] in PositionSettings.SEQUENCE_ONLY, e
+        assert "2-D grid" in str(e) and "\n" not in str(e)
+        return
     attns = [m for m in net.modules() if isinstance(m, MultiHeadAttention)]
     assert attns
     selfs = [m for m in attns if not m.is_cross]
-    if variant in ("gqa", "mqa"):
-        assert {m.kv_heads for m in attns} == {2 if variant == "gqa" else 1}
-    if variant == "qk_norm":
+    if "=" in variant:  # every class the option's YAML names is built
+        built = {type(m) for m in net.modules()}
+        wanted = named_classes(part_config(group, variant.split("=")[1]))
+        assert wanted <= built, (wanted - built)
+    if variant in ("attn=gqa", "attn=mqa"):
+        assert {m.kv_heads for m in attns} == {2 if variant == "attn=gqa" else 1}
+    if variant == "attn.qk_norm":
         assert all(m.q_norm is not None and m.k_norm is not None for m in attns)
-    if variant == "window":
+    if variant == "attn.window":
         assert {m.window for m in selfs} == {3} and {m.window for m in attns if m.is_cross} <= {None}
-    if variant == "alibi":
+    if variant == "pos=alibi":
         assert all(isinstance(m.positions, ALiBi) for m in selfs)
-    if variant == "geglu":
+    if variant == "ffn=geglu":
         ffns = [m for m in net.modules() if type(m).__name__ == "FeedForward"]
         assert ffns and all(f.gate_proj is not None and isinstance(f.activation, torch.nn.GELU) for f in ffns)
     opt = torch.optim.AdamW(net.parameters(), lr=3e-3)
