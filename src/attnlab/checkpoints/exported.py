@@ -56,39 +56,91 @@ def exported_settings(ckpt: dict, dtype: str) -> dict:
     return {"format": FORMAT, "version": VERSION, "dtype": dtype, **kept}
 
 
-def write_exported(ckpt: dict, out: Path, dtype: str = "fp32") -> list[Path]:
-    """Write checkpoint ``ckpt`` (a trusted read's contents) as an export folder ``out`` (new, or empty); the files
-    written. The folder is written beside ``out`` and renamed into place whole: an export that fails (a full disk)
-    leaves no folder, and nothing in ``out`` is ever overwritten."""
+def _tensors(state: dict, dtype: str) -> dict:
+    """``state``'s tensors in ``dtype`` (floating ones), each its own contiguous copy: tied weights share a tensor,
+    which safetensors refuses to store twice."""
+    import torch
+
+    kind = getattr(torch, DTYPES[dtype])
+    return {k: v.detach().to(kind if v.is_floating_point() else v.dtype).clone().contiguous() for k, v in state.items()}
+
+
+def _write_folder(out: Path, files: dict[str, bytes | str]) -> list[Path]:
+    """``files`` (name -> content, written in this order) as the new folder ``out`` (absent or empty): written
+    beside it and renamed into place whole, so a failure (a full disk) leaves no folder and nothing in ``out`` is
+    ever overwritten."""
     import os
     import shutil
 
-    import torch
-
-    st = _safetensors_torch()
-    if dtype not in DTYPES:
-        raise OptionError(f"dtype={dtype}: choose one of {', '.join(DTYPES)}")
-    kind = getattr(torch, DTYPES[dtype])
-    settings = json.dumps(exported_settings(ckpt, dtype), indent=1, sort_keys=True)  # (fails on a non-JSON value)
-    # (cloned: tied weights share a tensor, which safetensors refuses to store twice)
-    tensors = {k: v.detach().to(kind if v.is_floating_point() else v.dtype).clone().contiguous()
-               for k, v in ckpt["state_dict"].items()}
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
     try:
-        # (one metadata key: safetensors writes a map's keys in no fixed order, and an export's bytes should repeat)
-        write_atomic(partial / WEIGHTS, st.save(tensors, metadata={"format": "pt"}))
-        if isinstance(ckpt.get("tokenizer"), str):
-            write_atomic(partial / TOKENIZER, ckpt["tokenizer"])
-        write_atomic(partial / SETTINGS, settings + "\n")
+        for name, content in files.items():
+            write_atomic(partial / name, content)
         if out.is_dir():
             out.rmdir()  # empty (the caller checked): fails rather than replace anything put there since
         os.rename(partial, out)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
-    return [out / name for name in (WEIGHTS, TOKENIZER, SETTINGS) if (out / name).is_file()]
+    return [out / name for name in files]
+
+
+def write_exported(ckpt: dict, out: Path, dtype: str = "fp32") -> list[Path]:
+    """Write checkpoint ``ckpt`` (a trusted read's contents) as an export folder ``out`` (new, or empty); the files
+    written."""
+    st = _safetensors_torch()
+    if dtype not in DTYPES:
+        raise OptionError(f"dtype={dtype}: choose one of {', '.join(DTYPES)}")
+    settings = json.dumps(exported_settings(ckpt, dtype), indent=1, sort_keys=True)  # (fails on a non-JSON value)
+    # (one metadata key: safetensors writes a map's keys in no fixed order, and an export's bytes should repeat)
+    files: dict[str, bytes | str] = {WEIGHTS: st.save(_tensors(ckpt["state_dict"], dtype), metadata={"format": "pt"})}
+    if isinstance(ckpt.get("tokenizer"), str):
+        files[TOKENIZER] = ckpt["tokenizer"]
+    files[SETTINGS] = settings + "\n"
+    return _write_folder(out, files)
+
+
+def write_hf(ckpt: dict, out: Path, layout: str = "auto", dtype: str = "fp32") -> tuple[list[Path], str]:
+    """Write a causal language model's checkpoint as a Hugging Face ``transformers`` folder in ``layout``
+    (``auto``: the first of :data:`~.hf_layouts.LAYOUTS` its parts fit); the files written and the layout. A model
+    whose parts do not fit is one line naming them and the layouts they do fit; nothing is written."""
+    from ..core.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
+    from .hf_layouts import CAUSAL_LM, LAYOUTS, fitting_layouts, hf_config, hf_tensors, misfits
+
+    st = _safetensors_torch()
+    net = (ckpt.get("hyper_parameters") or {}).get("net") or {}
+    if net.get("_target_") != CAUSAL_LM:
+        raise OptionError(f"format=hf takes a causal language model (model=causal_lm); this is "
+                          f"{str(net.get('_target_')).rsplit('.', 1)[-1]}: format=safetensors takes every model")
+    fits = fitting_layouts(net)
+    if layout == "auto":
+        if not fits:
+            why = "; ".join(f"{name}: {', '.join(misfits(net, name))}" for name in LAYOUTS)
+            raise OptionError(f"format=hf: this model fits none of the layouts ({why}); format=safetensors takes "
+                              f"every model")
+        layout = fits[0]
+    elif layout not in LAYOUTS:
+        raise OptionError(f"layout={layout}: choose auto or one of {', '.join(LAYOUTS)}")
+    elif problems := misfits(net, layout):
+        raise OptionError(f"layout={layout} does not fit this model: {'; '.join(problems)}; it fits "
+                          f"{' and '.join(fits) if fits else 'no Hugging Face layout (format=safetensors does)'}")
+    state = {k.removeprefix("net."): v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}
+    ids = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}
+    config = hf_config(net, state, layout, dtype, ids)
+    files: dict[str, bytes | str] = {
+        WEIGHTS: st.save(_tensors(hf_tensors(net, state, layout), dtype), metadata={"format": "pt"}),
+        "config.json": json.dumps(config, indent=1, sort_keys=True) + "\n",
+        "generation_config.json": json.dumps(ids, indent=1) + "\n",
+    }
+    if isinstance(ckpt.get("tokenizer"), str):
+        names = {f"{role}_token": SPECIAL_TOKENS[i] for role, i in
+                 (("pad", PAD_ID), ("bos", BOS_ID), ("eos", EOS_ID), ("unk", UNK_ID))}
+        files[TOKENIZER] = ckpt["tokenizer"]
+        files["tokenizer_config.json"] = json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", **names,
+                                                     "model_max_length": int(net["max_len"])}, indent=1) + "\n"
+    return _write_folder(out, files), layout
 
 
 def read_exported(folder: Path) -> dict:
@@ -118,3 +170,37 @@ def read_exported(folder: Path) -> dict:
         except (OSError, UnicodeDecodeError) as e:
             raise CheckpointError(f"{folder / TOKENIZER} cannot be read: {e}") from None
     return contents
+
+
+def read_hf(folder: Path) -> tuple[dict, dict, str]:
+    """A causal language model folder that ``transformers`` wrote (``save_pretrained``, or this module's
+    :func:`write_hf`) as ``(attnlab net config, its weights without the net. prefix, layout)``: ``config.json`` and
+    ``model.safetensors`` (or its shards, ``model.safetensors.index.json``). One line for a missing or damaged
+    file or an architecture attnlab has no counterpart for."""
+    from .hf_layouts import net_from_hf, tensors_from_hf
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"{folder / 'config.json'} cannot be read: {e}") from None
+    try:
+        net = net_from_hf(config)
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{folder}: {config.get('architectures') or config.get('model_type')} has no attnlab "
+                              f"counterpart: {e}") from None
+    index = folder / "model.safetensors.index.json"
+    try:
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() \
+            else [WEIGHTS]
+    except (OSError, ValueError, KeyError) as e:
+        raise CheckpointError(f"{index} cannot be read: {e}") from None
+    st, theirs = _safetensors_torch(), {}
+    for shard in shards:
+        try:
+            theirs.update(st.load_file(str(folder / shard), device="cpu"))
+        except Exception as e:  # noqa: BLE001 - safetensors' own error type (and OSError) for a missing or bad file
+            raise CheckpointError(f"{folder / shard} cannot be read: {str(e).splitlines()[0]}") from None
+    try:
+        return net, tensors_from_hf(net, theirs, config["model_type"]), config["model_type"]
+    except KeyError as e:
+        raise CheckpointError(f"{folder}: weight {e} is missing") from None

@@ -1,8 +1,9 @@
-"""Export a trained model: ``python -m attnlab.export ckpt=<checkpoint> out=<folder> [dtype=bf16]``.
+"""Export a trained model: ``python -m attnlab.export ckpt=<checkpoint> out=<folder> [format=hf] [dtype=bf16]``.
 
 The checkpoint is read as every entry point reads one (the trusted read, the task built and its weights loaded
 strictly, an older layout's names upgraded), then written as a folder with no pickle in it
-(:mod:`attnlab.checkpoints.exported`) that every entry point loads where it loads a checkpoint. Options and the
+(:mod:`attnlab.checkpoints.exported`) that every entry point loads where it loads a checkpoint, or (``format=hf``,
+a causal language model) as a Hugging Face ``transformers`` folder (:mod:`attnlab.checkpoints.hf_layouts`). Options and the
 output folder are checked before the checkpoint is read; nothing is written unless the whole export is.
 """
 
@@ -15,7 +16,8 @@ import hydra
 from omegaconf import DictConfig
 
 from ..runs import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
-from ..checkpoints.exported import DTYPES, WEIGHTS, write_exported
+from ..checkpoints.exported import DTYPES, WEIGHTS, write_exported, write_hf
+from ..checkpoints.hf_layouts import LAYOUTS
 from ..checkpoints.read import checkpoint_file
 from ..core.errors import OutputError, one_line_errors
 from ..core.paths import CONF_DIR
@@ -24,7 +26,7 @@ from .input import check
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("safetensors",)
+FORMATS = ("safetensors", "hf")
 
 
 def check_options(cfg: DictConfig) -> Path:
@@ -33,6 +35,7 @@ def check_options(cfg: DictConfig) -> Path:
     check(cfg, "out", lambda v: isinstance(v, str) and v, "a new folder for the exported model (out=exports/<name>)")
     check(cfg, "format", lambda v: v in FORMATS, " | ".join(FORMATS))
     check(cfg, "dtype", lambda v: v in DTYPES, " | ".join(DTYPES))
+    check(cfg, "layout", lambda v: v in ("auto", *LAYOUTS), " | ".join(("auto", *LAYOUTS)))
     out = Path(cfg.out).expanduser()
     if out.exists() and not out.is_dir():
         raise OutputError(f"out={cfg.out} is a file, not a folder: choose a new folder")
@@ -41,12 +44,17 @@ def check_options(cfg: DictConfig) -> Path:
     return out
 
 
-def export(ckpt: str | Path, out: Path, dtype: str = "fp32") -> list[Path]:
+def export(ckpt: str | Path, out: Path, dtype: str = "fp32", format: str = "safetensors",
+           layout: str = "auto") -> list[Path]:
     """The model of checkpoint ``ckpt`` written to ``out`` in today's layout; the files written."""
     from ..runs.load import load_task
 
     task, contents = load_task(ckpt, "attnlab.tasks.base.Task", "attnlab")
     upgraded = {**contents, "hyper_parameters": dict(task.hparams), "state_dict": task.state_dict()}
+    if format == "hf":
+        written, chosen = write_hf(upgraded, out, layout, dtype)
+        log.info(f"format=hf: the {chosen} layout (AutoModelForCausalLM.from_pretrained('{out}') loads it)")
+        return written
     return write_exported(upgraded, out, dtype)
 
 
@@ -60,7 +68,7 @@ def _main(cfg: DictConfig) -> None:
     with one_line_errors(log):
         out = check_options(cfg)
         checkpoint_file(cfg.ckpt)
-        written = export(cfg.ckpt, out, cfg.dtype)
+        written = export(cfg.ckpt, out, cfg.dtype, cfg.format, cfg.layout)
         size = (out / WEIGHTS).stat().st_size / 2**20
         log.info(f"exported {cfg.ckpt} as {cfg.format} ({cfg.dtype} weights, {size:.1f} MiB): "
                  f"{', '.join(p.name for p in written)}")

@@ -1,0 +1,274 @@
+"""A causal language model's weights in a Hugging Face ``transformers`` layout (GPT-2, LLaMA), chosen by its parts.
+
+Which layout a model can take is decided from its net config alone (the parts the config groups built), so a model
+whose parts have no counterpart is refused, naming the part and the layouts that part fits, before anything is
+written. The weights are renamed and reshaped, never changed:
+
+    attnlab (CausalLM)                          GPT-2 (GPT2LMHeadModel)          LLaMA (LlamaForCausalLM)
+    embed.weight                                transformer.wte.weight           model.embed_tokens.weight
+    positions.table                             transformer.wpe.weight           (rotary: no weights)
+    decoder.layers.i.sa_norm                    transformer.h.i.ln_1             model.layers.i.input_layernorm
+    decoder.layers.i.self_attn.qkv_proj         h.i.attn.c_attn (transposed:     self_attn.q_proj | k_proj | v_proj
+      (rows q | k | v; kv_heads' rows for k, v)   GPT-2's Conv1D is x @ W)         (split by rows)
+    decoder.layers.i.self_attn.out_proj         h.i.attn.c_proj (transposed)     self_attn.o_proj
+    decoder.layers.i.ffn_norm                   transformer.h.i.ln_2             post_attention_layernorm
+    decoder.layers.i.ffn.up_proj                h.i.mlp.c_fc (transposed)        mlp.up_proj
+    decoder.layers.i.ffn.gate_proj              (none: not gated)                mlp.gate_proj
+    decoder.layers.i.ffn.down_proj              h.i.mlp.c_proj (transposed)      mlp.down_proj
+    decoder.final_norm                          transformer.ln_f                 model.norm
+    head.weight                                 lm_head.weight (untied only)     lm_head.weight (untied only)
+
+No q/k permutation is needed for LLaMA: attnlab's rotary embedding rotates the two halves of each head
+(``rotate_half``, as ``transformers`` does), not interleaved pairs (Meta's original layout). Grouped-query heads
+line up as they are: query head h reads key/value head ``h // (n_heads / kv_heads)`` in both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+LAYOUTS = ("gpt2", "llama")
+CAUSAL_LM = "attnlab.models.causal_lm.CausalLM"
+LAYER_NORMS = {"torch.nn.LayerNorm"}
+RMS_NORMS = {"attnlab.modules.norm.RMSNorm", "torch.nn.RMSNorm"}
+LEARNED, ROTARY = "attnlab.modules.positional.LearnedPositions", "attnlab.modules.positional.RotaryPositions"
+# an activation class (with its arguments) -> transformers' name for it (ACT2FN)
+ACTIVATIONS = {("torch.nn.GELU", "none"): "gelu", ("torch.nn.GELU", "tanh"): "gelu_new", ("torch.nn.ReLU", None): "relu",
+               ("torch.nn.SiLU", None): "silu"}
+
+
+def _target(node: Any) -> str | None:
+    return node.get("_target_") if isinstance(node, dict) else None
+
+
+def _activation(ffn: dict) -> str | None:
+    act = ffn.get("activation") or {}
+    target = _target(act)
+    return ACTIVATIONS.get((target, act.get("approximate", "none") if target == "torch.nn.GELU" else None))
+
+
+def misfits(net: dict, layout: str) -> list[str]:
+    """Why the net ``net`` (a CausalLM config) does not fit ``layout``: one phrase per part, empty when it fits."""
+    if _target(net) != CAUSAL_LM:
+        return [f"the net is {str(_target(net)).rsplit('.', 1)[-1]}, not a causal language model (CausalLM)"]
+    norm, ffn, attn, pos = (net.get(k) or {} for k in ("norm", "ffn", "attn", "pos"))
+    out = []
+    if not net.get("causal", True):
+        out.append("model.net.causal=false (the layout masks the future)")
+    if norm.get("placement", "pre") != "pre":
+        out.append(f"norm={norm.get('placement')} (the layout normalizes before each sublayer)")
+    if net.get("moe"):
+        out.append("moe=on")
+    if attn.get("window"):
+        out.append(f"attn.window={attn['window']}")
+    if attn.get("qk_norm"):
+        out.append("attn.qk_norm=true")
+    if attn.get("scaled") is False:
+        out.append("attn.scaled=false")
+    layer, gated, act = _target(norm.get("layer")), bool(ffn.get("gated")), _activation(ffn)
+    if act is None:
+        out.append(f"ffn.activation={_target(ffn.get('activation'))}")
+    if layout == "gpt2":
+        if layer not in LAYER_NORMS:
+            out.append(f"norm.layer={layer} (GPT-2: LayerNorm)")
+        if gated:
+            out.append("ffn gated (GPT-2: up, activation, down)")
+        if _target(pos) != LEARNED:
+            out.append(f"pos={str(_target(pos)).rsplit('.', 1)[-1]} (GPT-2: learned positions)")
+        if attn.get("kv_heads") not in (None, net.get("n_heads")):
+            out.append(f"attn.kv_heads={attn['kv_heads']} (GPT-2: multi-head only)")
+        if not net.get("bias", True) or not ffn.get("bias", True):
+            out.append("no biases (GPT-2 has them: model.net.bias=true, ffn.bias=true)")
+    elif layout == "llama":
+        if layer not in RMS_NORMS:
+            out.append(f"norm.layer={layer} (LLaMA: RMSNorm)")
+        if not gated:
+            out.append("ffn not gated (LLaMA: down(act(gate(x)) * up(x)))")
+        if _target(pos) != ROTARY:
+            out.append(f"pos={str(_target(pos)).rsplit('.', 1)[-1]} (LLaMA: rotary)")
+    else:
+        raise ValueError(f"no layout {layout!r}")
+    return out
+
+
+def fitting_layouts(net: dict) -> list[str]:
+    return [layout for layout in LAYOUTS if not misfits(net, layout)]
+
+
+def _sizes(net: dict, state: dict) -> dict:
+    d, heads = int(net["d_model"]), int(net["n_heads"])
+    kv = int((net.get("attn") or {}).get("kv_heads") or heads)
+    return {"d": d, "heads": heads, "kv": kv, "head_dim": d // heads,
+            "hidden": int(state["decoder.layers.0.ffn.up_proj.weight"].shape[0]), "layers": int(net["n_layers"])}
+
+
+def hf_config(net: dict, state: dict, layout: str, dtype: str, special: dict[str, int | None]) -> dict:
+    """``config.json`` of the layout for ``net`` (``state``: its weights without the ``net.`` prefix)."""
+    s, norm = _sizes(net, state), net.get("norm") or {}
+    eps = float((norm.get("layer") or {}).get("eps", 1e-5))
+    common = {"vocab_size": int(net["vocab_size"]), "tie_word_embeddings": bool(net.get("tie_embeddings", True)),
+              "dtype": {"fp32": "float32", "bf16": "bfloat16"}[dtype], **special}
+    if layout == "gpt2":
+        return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_positions": int(net["max_len"]),
+                "n_embd": s["d"], "n_layer": s["layers"], "n_head": s["heads"], "n_inner": s["hidden"],
+                "activation_function": _activation(net["ffn"]), "layer_norm_epsilon": eps,
+                "resid_pdrop": float(net.get("dropout", 0.0)), "embd_pdrop": float(net.get("dropout", 0.0)),
+                "attn_pdrop": float(net.get("attn_dropout", 0.0)), "scale_attn_weights": True, **common}
+    base = float((net.get("pos") or {}).get("base", 10000.0))
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": s["d"],
+            "intermediate_size": s["hidden"], "num_hidden_layers": s["layers"], "num_attention_heads": s["heads"],
+            "num_key_value_heads": s["kv"], "head_dim": s["head_dim"], "hidden_act": _activation(net["ffn"]),
+            "max_position_embeddings": int(net["max_len"]), "rms_norm_eps": eps,
+            "rope_parameters": {"rope_type": "default", "rope_theta": base},
+            "attention_bias": bool(net.get("bias", True)), "mlp_bias": bool((net.get("ffn") or {}).get("bias")),
+            "attention_dropout": float(net.get("attn_dropout", 0.0)), **common}
+
+
+def hf_tensors(net: dict, state: dict, layout: str) -> dict:
+    """The weights under the layout's names (``state``: the net's own, without the ``net.`` prefix)."""
+    s, out = _sizes(net, state), {}
+    tied = bool(net.get("tie_embeddings", True))
+
+    def put(name: str, tensor) -> None:
+        out[name] = tensor
+
+    def copy(ours: str, theirs: str, transpose: bool = False) -> None:
+        for suffix in ("weight", "bias"):
+            if f"{ours}.{suffix}" in state:
+                t = state[f"{ours}.{suffix}"]
+                put(f"{theirs}.{suffix}", t.t() if transpose and suffix == "weight" else t)
+
+    if layout == "gpt2":
+        put("transformer.wte.weight", state["embed.weight"])
+        put("transformer.wpe.weight", state["positions.table"])
+        for i in range(s["layers"]):
+            ours, theirs = f"decoder.layers.{i}", f"transformer.h.{i}"
+            copy(f"{ours}.sa_norm", f"{theirs}.ln_1")
+            copy(f"{ours}.self_attn.qkv_proj", f"{theirs}.attn.c_attn", transpose=True)
+            copy(f"{ours}.self_attn.out_proj", f"{theirs}.attn.c_proj", transpose=True)
+            copy(f"{ours}.ffn_norm", f"{theirs}.ln_2")
+            copy(f"{ours}.ffn.up_proj", f"{theirs}.mlp.c_fc", transpose=True)
+            copy(f"{ours}.ffn.down_proj", f"{theirs}.mlp.c_proj", transpose=True)
+        copy("decoder.final_norm", "transformer.ln_f")
+    else:
+        put("model.embed_tokens.weight", state["embed.weight"])
+        q, kv = s["d"], s["kv"] * s["head_dim"]
+        for i in range(s["layers"]):
+            ours, theirs = f"decoder.layers.{i}", f"model.layers.{i}"
+            copy(f"{ours}.sa_norm", f"{theirs}.input_layernorm")
+            for suffix in ("weight", "bias"):
+                fused = state.get(f"{ours}.self_attn.qkv_proj.{suffix}")
+                if fused is not None:
+                    for name, part in zip(("q_proj", "k_proj", "v_proj"), fused.split((q, kv, kv), dim=0)):
+                        put(f"{theirs}.self_attn.{name}.{suffix}", part)
+            copy(f"{ours}.self_attn.out_proj", f"{theirs}.self_attn.o_proj")
+            copy(f"{ours}.ffn_norm", f"{theirs}.post_attention_layernorm")
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                copy(f"{ours}.ffn.{name}", f"{theirs}.mlp.{name}")
+        copy("decoder.final_norm", "model.norm")
+    if not tied:
+        put("lm_head.weight", state["head.weight"])
+    return out
+
+
+# --- the other way: a folder transformers wrote -> attnlab's net config and weights -----------------------------
+HF_ACTIVATIONS = {"gelu": {"_target_": "torch.nn.GELU", "_partial_": True},
+                  "gelu_new": {"_target_": "torch.nn.GELU", "_partial_": True, "approximate": "tanh"},
+                  "gelu_pytorch_tanh": {"_target_": "torch.nn.GELU", "_partial_": True, "approximate": "tanh"},
+                  "relu": {"_target_": "torch.nn.ReLU", "_partial_": True},
+                  "silu": {"_target_": "torch.nn.SiLU", "_partial_": True}}
+
+
+def _ffn(activation: str, gated: bool, hidden: int, d: int, bias: bool) -> dict:
+    """The ffn part whose hidden width is exactly ``hidden`` (attnlab's FeedForward computes it from a multiplier:
+    ``multiple_of`` 1 and a multiplier half a unit under, so that the rounding up lands on it)."""
+    if activation not in HF_ACTIVATIONS:
+        raise ValueError(f"activation {activation!r} (attnlab has {', '.join(HF_ACTIVATIONS)})")
+    mult = (hidden - 0.5) / d * (1.5 if gated else 1.0)
+    return {"_target_": "attnlab.modules.feedforward.FeedForward", "_partial_": True,
+            "activation": dict(HF_ACTIVATIONS[activation]), "gated": gated, "hidden_mult": mult, "multiple_of": 1,
+            "bias": bias}
+
+
+def net_from_hf(config: dict) -> dict:
+    """attnlab's CausalLM config for a transformers ``config.json`` (GPT-2 or LLaMA); ValueError naming what has
+    no counterpart."""
+    kind = config.get("model_type")
+    attn = {"_target_": "attnlab.modules.attention.MultiHeadAttention", "_partial_": True, "kv_heads": None,
+            "qk_norm": False, "window": None, "scaled": True}
+    common = {"_target_": CAUSAL_LM, "vocab_size": int(config["vocab_size"]), "causal": True, "moe": {},
+              "tie_embeddings": bool(config.get("tie_word_embeddings", True)), "init": "gpt2"}
+    if kind == "gpt2":
+        for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
+            if config.get(flag):
+                raise ValueError(f"{flag}=true")
+        d = int(config["n_embd"])
+        return {**common, "d_model": d, "n_layers": int(config["n_layer"]), "n_heads": int(config["n_head"]),
+                "max_len": int(config["n_positions"]), "dropout": float(config.get("resid_pdrop", 0.1)),
+                "attn_dropout": float(config.get("attn_pdrop", 0.1)), "bias": True,
+                "norm": {"placement": "pre", "layer": {"_target_": "torch.nn.LayerNorm", "_partial_": True,
+                                                       "eps": float(config.get("layer_norm_epsilon", 1e-5))}},
+                "ffn": _ffn(config.get("activation_function", "gelu_new"), False, int(config.get("n_inner") or 4 * d),
+                            d, True),
+                "attn": attn, "pos": {"_target_": LEARNED, "_partial_": True}}
+    if kind == "llama":
+        d, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+        if int(config.get("head_dim") or d // heads) != d // heads:
+            raise ValueError(f"head_dim={config['head_dim']} is not hidden_size / num_attention_heads")
+        rope = config.get("rope_parameters") or {"rope_type": "default", "rope_theta": config.get("rope_theta", 1e4)}
+        if rope.get("rope_type", "default") != "default":
+            raise ValueError(f"rope_type={rope['rope_type']} (attnlab's rotary embedding is the default one)")
+        kv = int(config.get("num_key_value_heads") or heads)
+        return {**common, "d_model": d, "n_layers": int(config["num_hidden_layers"]), "n_heads": heads,
+                "max_len": int(config["max_position_embeddings"]), "dropout": 0.0,
+                "attn_dropout": float(config.get("attention_dropout", 0.0)),
+                "bias": bool(config.get("attention_bias", False)),
+                "norm": {"placement": "pre", "layer": {"_target_": "attnlab.modules.norm.RMSNorm", "_partial_": True,
+                                                       "eps": float(config.get("rms_norm_eps", 1e-6))}},
+                "ffn": _ffn(config.get("hidden_act", "silu"), True, int(config["intermediate_size"]), d,
+                            bool(config.get("mlp_bias", False))),
+                "attn": {**attn, "kv_heads": None if kv == heads else kv},
+                "pos": {"_target_": ROTARY, "_partial_": True, "base": float(rope.get("rope_theta", 1e4))}}
+    raise ValueError(f"model_type={kind!r} (attnlab reads {', '.join(LAYOUTS)})")
+
+
+def tensors_from_hf(net: dict, theirs: dict, layout: str) -> dict:
+    """attnlab's net weights (names without the ``net.`` prefix) from the layout's: :func:`hf_tensors` read
+    backwards, so that exporting them again gives the same tensors. A tied model's head is its embedding."""
+    import torch
+
+    layers, out = int(net["n_layers"]), {}
+
+    def take(theirs_name: str, ours: str, transpose: bool = False) -> None:
+        for suffix in ("weight", "bias"):
+            t = theirs.get(f"{theirs_name}.{suffix}")
+            if t is not None:
+                out[f"{ours}.{suffix}"] = t.t().contiguous() if transpose and suffix == "weight" else t
+
+    if layout == "gpt2":
+        out["embed.weight"], out["positions.table"] = theirs["transformer.wte.weight"], theirs["transformer.wpe.weight"]
+        for i in range(layers):
+            ours, hf = f"decoder.layers.{i}", f"transformer.h.{i}"
+            take(f"{hf}.ln_1", f"{ours}.sa_norm")
+            take(f"{hf}.attn.c_attn", f"{ours}.self_attn.qkv_proj", transpose=True)
+            take(f"{hf}.attn.c_proj", f"{ours}.self_attn.out_proj", transpose=True)
+            take(f"{hf}.ln_2", f"{ours}.ffn_norm")
+            take(f"{hf}.mlp.c_fc", f"{ours}.ffn.up_proj", transpose=True)
+            take(f"{hf}.mlp.c_proj", f"{ours}.ffn.down_proj", transpose=True)
+        take("transformer.ln_f", "decoder.final_norm")
+    else:
+        out["embed.weight"] = theirs["model.embed_tokens.weight"]
+        for i in range(layers):
+            ours, hf = f"decoder.layers.{i}", f"model.layers.{i}"
+            take(f"{hf}.input_layernorm", f"{ours}.sa_norm")
+            for suffix in ("weight", "bias"):
+                parts = [theirs.get(f"{hf}.self_attn.{n}.{suffix}") for n in ("q_proj", "k_proj", "v_proj")]
+                if parts[0] is not None:
+                    out[f"{ours}.self_attn.qkv_proj.{suffix}"] = torch.cat(parts, dim=0)
+            take(f"{hf}.self_attn.o_proj", f"{ours}.self_attn.out_proj")
+            take(f"{hf}.post_attention_layernorm", f"{ours}.ffn_norm")
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                take(f"{hf}.mlp.{name}", f"{ours}.ffn.{name}")
+        take("model.norm", "decoder.final_norm")
+    out["head.weight"] = out["embed.weight"] if net.get("tie_embeddings", True) else theirs["lm_head.weight"]
+    return out
