@@ -124,50 +124,56 @@ def hf_config(net: dict, state: dict, layout: str, dtype: str, special: dict[str
             "attention_dropout": float(net.get("attn_dropout", 0.0)), **common}
 
 
+# The renaming, one table for both directions: (attnlab's tensor or module, the layout's, transposed?). Modules
+# carry their .weight and .bias; LLaMA's q|k|v rows are split apart from the table (QKV).
+WHOLE = {"gpt2": [("embed.weight", "transformer.wte.weight"), ("positions.table", "transformer.wpe.weight")],
+         "llama": [("embed.weight", "model.embed_tokens.weight")]}
+BLOCK = {"gpt2": "transformer.h", "llama": "model.layers"}
+PER_LAYER = {
+    "gpt2": [("sa_norm", "ln_1", False), ("self_attn.qkv_proj", "attn.c_attn", True),  # GPT-2's Conv1D: x @ W
+             ("self_attn.out_proj", "attn.c_proj", True), ("ffn_norm", "ln_2", False),
+             ("ffn.up_proj", "mlp.c_fc", True), ("ffn.down_proj", "mlp.c_proj", True)],
+    "llama": [("sa_norm", "input_layernorm", False), ("self_attn.out_proj", "self_attn.o_proj", False),
+              ("ffn_norm", "post_attention_layernorm", False), ("ffn.gate_proj", "mlp.gate_proj", False),
+              ("ffn.up_proj", "mlp.up_proj", False), ("ffn.down_proj", "mlp.down_proj", False)],
+}
+FINAL = {"gpt2": "transformer.ln_f", "llama": "model.norm"}
+QKV = ("self_attn.qkv_proj", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
+
+
+def _modules(layout: str, layers: int) -> list[tuple[str, str, bool]]:
+    """(attnlab module, the layout's module, transposed) for every layer's renamed module and the final norm."""
+    return [(f"decoder.layers.{i}.{ours}", f"{BLOCK[layout]}.{i}.{theirs}", t)
+            for i in range(layers) for ours, theirs, t in PER_LAYER[layout]] + [("decoder.final_norm", FINAL[layout],
+                                                                                  False)]
+
+
+def _moved(source: dict, pairs: list[tuple[str, str, bool]]) -> dict:
+    """``source``'s tensors under the pairs' second names (transposed where marked), modules with their suffixes."""
+    out = {}
+    for a, b, transpose in pairs:
+        for suffix in ("weight", "bias"):
+            t = source.get(f"{a}.{suffix}")
+            if t is not None:
+                out[f"{b}.{suffix}"] = t.t().contiguous() if transpose and suffix == "weight" else t
+    return out
+
+
 def hf_tensors(net: dict, state: dict, layout: str) -> dict:
     """The weights under the layout's names (``state``: the net's own, without the ``net.`` prefix)."""
-    s, out = _sizes(net, state), {}
-    tied = bool(net.get("tie_embeddings", True))
-
-    def put(name: str, tensor) -> None:
-        out[name] = tensor
-
-    def copy(ours: str, theirs: str, transpose: bool = False) -> None:
-        for suffix in ("weight", "bias"):
-            if f"{ours}.{suffix}" in state:
-                t = state[f"{ours}.{suffix}"]
-                put(f"{theirs}.{suffix}", t.t() if transpose and suffix == "weight" else t)
-
-    if layout == "gpt2":
-        put("transformer.wte.weight", state["embed.weight"])
-        put("transformer.wpe.weight", state["positions.table"])
+    s = _sizes(net, state)
+    out = {theirs: state[ours] for ours, theirs in WHOLE[layout]}
+    out.update(_moved(state, _modules(layout, s["layers"])))
+    if layout == "llama":  # q | k | v rows apart (k and v: kv_heads x head_dim rows each)
+        widths = (s["d"], s["kv"] * s["head_dim"], s["kv"] * s["head_dim"])
         for i in range(s["layers"]):
-            ours, theirs = f"decoder.layers.{i}", f"transformer.h.{i}"
-            copy(f"{ours}.sa_norm", f"{theirs}.ln_1")
-            copy(f"{ours}.self_attn.qkv_proj", f"{theirs}.attn.c_attn", transpose=True)
-            copy(f"{ours}.self_attn.out_proj", f"{theirs}.attn.c_proj", transpose=True)
-            copy(f"{ours}.ffn_norm", f"{theirs}.ln_2")
-            copy(f"{ours}.ffn.up_proj", f"{theirs}.mlp.c_fc", transpose=True)
-            copy(f"{ours}.ffn.down_proj", f"{theirs}.mlp.c_proj", transpose=True)
-        copy("decoder.final_norm", "transformer.ln_f")
-    else:
-        put("model.embed_tokens.weight", state["embed.weight"])
-        q, kv = s["d"], s["kv"] * s["head_dim"]
-        for i in range(s["layers"]):
-            ours, theirs = f"decoder.layers.{i}", f"model.layers.{i}"
-            copy(f"{ours}.sa_norm", f"{theirs}.input_layernorm")
             for suffix in ("weight", "bias"):
-                fused = state.get(f"{ours}.self_attn.qkv_proj.{suffix}")
+                fused = state.get(f"decoder.layers.{i}.{QKV[0]}.{suffix}")
                 if fused is not None:
-                    for name, part in zip(("q_proj", "k_proj", "v_proj"), fused.split((q, kv, kv), dim=0)):
-                        put(f"{theirs}.self_attn.{name}.{suffix}", part)
-            copy(f"{ours}.self_attn.out_proj", f"{theirs}.self_attn.o_proj")
-            copy(f"{ours}.ffn_norm", f"{theirs}.post_attention_layernorm")
-            for name in ("gate_proj", "up_proj", "down_proj"):
-                copy(f"{ours}.ffn.{name}", f"{theirs}.mlp.{name}")
-        copy("decoder.final_norm", "model.norm")
-    if not tied:
-        put("lm_head.weight", state["head.weight"])
+                    for name, part in zip(QKV[1], fused.split(widths, dim=0)):
+                        out[f"{BLOCK[layout]}.{i}.{name}.{suffix}"] = part
+    if not net.get("tie_embeddings", True):
+        out["lm_head.weight"] = state["head.weight"]
     return out
 
 
@@ -234,41 +240,18 @@ def net_from_hf(config: dict) -> dict:
 
 def tensors_from_hf(net: dict, theirs: dict, layout: str) -> dict:
     """attnlab's net weights (names without the ``net.`` prefix) from the layout's: :func:`hf_tensors` read
-    backwards, so that exporting them again gives the same tensors. A tied model's head is its embedding."""
+    backwards (the same tables), so that exporting them again gives the same tensors. A tied model's head is its
+    embedding."""
     import torch
 
-    layers, out = int(net["n_layers"]), {}
-
-    def take(theirs_name: str, ours: str, transpose: bool = False) -> None:
-        for suffix in ("weight", "bias"):
-            t = theirs.get(f"{theirs_name}.{suffix}")
-            if t is not None:
-                out[f"{ours}.{suffix}"] = t.t().contiguous() if transpose and suffix == "weight" else t
-
-    if layout == "gpt2":
-        out["embed.weight"], out["positions.table"] = theirs["transformer.wte.weight"], theirs["transformer.wpe.weight"]
+    layers = int(net["n_layers"])
+    out = {ours: theirs[name] for ours, name in WHOLE[layout]}
+    out.update(_moved(theirs, [(b, a, t) for a, b, t in _modules(layout, layers)]))
+    if layout == "llama":
         for i in range(layers):
-            ours, hf = f"decoder.layers.{i}", f"transformer.h.{i}"
-            take(f"{hf}.ln_1", f"{ours}.sa_norm")
-            take(f"{hf}.attn.c_attn", f"{ours}.self_attn.qkv_proj", transpose=True)
-            take(f"{hf}.attn.c_proj", f"{ours}.self_attn.out_proj", transpose=True)
-            take(f"{hf}.ln_2", f"{ours}.ffn_norm")
-            take(f"{hf}.mlp.c_fc", f"{ours}.ffn.up_proj", transpose=True)
-            take(f"{hf}.mlp.c_proj", f"{ours}.ffn.down_proj", transpose=True)
-        take("transformer.ln_f", "decoder.final_norm")
-    else:
-        out["embed.weight"] = theirs["model.embed_tokens.weight"]
-        for i in range(layers):
-            ours, hf = f"decoder.layers.{i}", f"model.layers.{i}"
-            take(f"{hf}.input_layernorm", f"{ours}.sa_norm")
             for suffix in ("weight", "bias"):
-                parts = [theirs.get(f"{hf}.self_attn.{n}.{suffix}") for n in ("q_proj", "k_proj", "v_proj")]
+                parts = [theirs.get(f"{BLOCK[layout]}.{i}.{name}.{suffix}") for name in QKV[1]]
                 if parts[0] is not None:
-                    out[f"{ours}.self_attn.qkv_proj.{suffix}"] = torch.cat(parts, dim=0)
-            take(f"{hf}.self_attn.o_proj", f"{ours}.self_attn.out_proj")
-            take(f"{hf}.post_attention_layernorm", f"{ours}.ffn_norm")
-            for name in ("gate_proj", "up_proj", "down_proj"):
-                take(f"{hf}.mlp.{name}", f"{ours}.ffn.{name}")
-        take("model.norm", "decoder.final_norm")
+                    out[f"decoder.layers.{i}.{QKV[0]}.{suffix}"] = torch.cat(parts, dim=0)
     out["head.weight"] = out["embed.weight"] if net.get("tie_embeddings", True) else theirs["lm_head.weight"]
     return out
