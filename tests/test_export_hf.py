@@ -156,6 +156,7 @@ def test_the_tokenizer_goes_along_and_encodes_as_attnlab_does(tmp_path):
     (["attn.qk_norm=true", "norm=rms", "ffn=swiglu", "pos=rotary"], "llama", "attn.qk_norm=true"),
     (["norm=rms", "ffn=swiglu", "pos=rotary"], "gpt2", "it fits llama"),
     (["attn=gqa"], "gpt2", "attn.kv_heads=2 (GPT-2: multi-head only)"),
+    (["attn=gqa"], "vit", "layout=vit holds another kind of model; this one's: gpt2, llama"),
 ])
 def test_a_model_whose_parts_do_not_fit_is_one_line_and_nothing_is_written(parts, layout, expected, tmp_path):
     cfg = compose_train(["model=causal_lm", "model.net.d_model=32", "model.net.n_heads=4", "model.net.n_layers=1",
@@ -169,11 +170,11 @@ def test_a_model_whose_parts_do_not_fit_is_one_line_and_nothing_is_written(parts
 def test_another_family_through_the_command_is_one_line(tmp_path, cache_dir):
     from test_export import run_entry
 
-    out = run_entry(["-m", "attnlab.export", f"ckpt={FIXTURES / 'legacy_vit.ckpt'}", f"out={tmp_path / 'hf'}",
+    out = run_entry(["-m", "attnlab.export", f"ckpt={FIXTURES / 'legacy_tts.ckpt'}", f"out={tmp_path / 'hf'}",
                      "format=hf", f"hydra.run.dir={tmp_path / 'run'}"], cache_dir)
     assert out.returncode == 2
-    assert "format=hf takes a causal language model (model=causal_lm); this is VisionTransformer" in \
-        one_error_line(out.stdout, "format=hf")
+    assert "format=hf takes a causal language model (model=causal_lm) or a ViT (model=vit); this is TransformerTTS" \
+        in one_error_line(out.stdout, "format=hf")
     assert not (tmp_path / "hf").exists() and not (tmp_path / "run").exists()
 
 
@@ -238,3 +239,72 @@ def test_a_folder_without_a_counterpart_is_one_line(change, expected, tmp_path):
     with pytest.raises(CheckpointError, match=re.escape(expected)) as e:
         read_hf(tmp_path)
     assert "\n" not in str(e.value)
+
+
+def tiny_vit(tmp_path: Path, extra: list[str] = ()):
+    cfg = compose_train(["model=vit", "model.net.pool=cls", "model.net.d_model=32", "model.net.n_layers=2",
+                         "model.net.dropout=0.0", *extra], tmp_path / "cfg")
+    torch.manual_seed(0)
+    task = build_model(cfg.model).eval()
+    with torch.no_grad():
+        for p in task.net.parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    return task, {"hyper_parameters": {"net": OmegaConf.to_container(cfg.model.net, resolve=True)},
+                  "state_dict": task.state_dict()}
+
+
+IMAGES = torch.randn(4, 1, 8, 8, generator=torch.Generator().manual_seed(2))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_a_vit_exports_as_vit_for_image_classification(dtype, tmp_path):
+    task, contents = tiny_vit(tmp_path)
+    _, layout = write_hf(contents, tmp_path / "hf", "auto", dtype)
+    assert layout == "vit"
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["layer_norm_eps"] == 1e-5  # (transformers' ViT default is 1e-12)
+    hf, info = transformers.AutoModelForImageClassification.from_pretrained(tmp_path / "hf", output_loading_info=True,
+                                                                            dtype=torch.float32)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    net = rounded(task, dtype).net
+    with torch.no_grad():
+        assert (net(IMAGES) - hf.eval()(IMAGES).logits).abs().max().item() <= 1e-5
+
+
+def test_a_vit_the_library_wrote_reads_into_attnlab_and_exports_back_bit_for_bit(tmp_path):
+    import hydra
+    from safetensors.torch import load_file
+
+    from attnlab.checkpoints.exported import read_hf
+
+    torch.manual_seed(0)
+    config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=72,
+                                    image_size=8, patch_size=2, num_channels=1, num_labels=10)
+    theirs = transformers.ViTForImageClassification(config).eval()
+    with torch.no_grad():
+        for p in theirs.parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    theirs.save_pretrained(tmp_path / "library")
+    net_cfg, state, layout = read_hf(tmp_path / "library")
+    net = hydra.utils.instantiate(net_cfg, _convert_="all").eval()
+    net.load_state_dict(state, strict=True)
+    with torch.no_grad():
+        assert (net(IMAGES) - theirs(IMAGES).logits).abs().max().item() <= 1e-5
+    write_hf({"hyper_parameters": {"net": net_cfg}, "state_dict": {f"net.{k}": v for k, v in net.state_dict().items()}},
+             tmp_path / "again", layout)
+    saved, again = (load_file(str(tmp_path / d / "model.safetensors")) for d in ("library", "again"))
+    assert saved.keys() == again.keys() and all(torch.equal(saved[k], again[k]) for k in saved)
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["model.net.pool=mean"], "model.net.pool=mean (ViTForImageClassification reads the class token: pool=cls)"),
+    (["pos=sinusoidal"], "pos=SinusoidalPositions (ViT: learned positions)"),
+    (["norm=rms"], "(ViT: LayerNorm)"),
+])
+def test_a_vit_whose_parts_do_not_fit_is_one_line(extra, expected, tmp_path):
+    _, contents = tiny_vit(tmp_path, extra)
+    with pytest.raises(OptionError, match=re.escape(expected)):
+        write_hf(contents, tmp_path / "hf", "auto")
+    assert not (tmp_path / "hf").exists()

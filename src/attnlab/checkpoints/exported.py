@@ -1,5 +1,8 @@
-"""A model exported from its checkpoint as a folder that holds no pickle (``python -m attnlab.export
-format=safetensors``): what the inference entry points need, in formats any tool reads.
+"""A model exported from its checkpoint as a folder that holds no pickle (``python -m attnlab.export``): attnlab's
+own (``format=safetensors``, every family), or a Hugging Face ``transformers`` folder (``format=hf``: the layouts
+of :mod:`.hf_layouts`; :func:`read_hf` reads one the library wrote).
+
+``format=safetensors``, what the inference entry points need, in formats any tool reads:
 
     model.safetensors   the task's weights (``net.*``: the state dict a checkpoint holds), in the dtype asked
     attnlab.json        the task class, its hyper-parameters (the net's config), the data settings, the dtype,
@@ -29,9 +32,8 @@ INSTALL = 'pip install -e ".[weights]"'
 
 # not settings: the training state (loops, optimizer, schedule, callbacks, random-number state), and what has a
 # file of its own (the weights, the tokenizer); the epoch and step the weights are from stay (the explorer shows them)
-NOT_SETTINGS = {"pytorch-lightning_version", "optimizer_states", "lr_schedulers",
-                  "callbacks", "loops", "rng_states", "state_dict", "hparams_name", "datamodule_hparams_name",
-                  "tokenizer"}
+NOT_SETTINGS = {"pytorch-lightning_version", "optimizer_states", "lr_schedulers", "callbacks", "loops", "rng_states",
+                "state_dict", "hparams_name", "datamodule_hparams_name", "tokenizer"}
 
 
 def is_exported(path: str | Path) -> bool:
@@ -103,37 +105,39 @@ def write_exported(ckpt: dict, out: Path, dtype: str = "fp32") -> list[Path]:
 
 
 def write_hf(ckpt: dict, out: Path, layout: str = "auto", dtype: str = "fp32") -> tuple[list[Path], str]:
-    """Write a causal language model's checkpoint as a Hugging Face ``transformers`` folder in ``layout``
-    (``auto``: the first of :data:`~.hf_layouts.LAYOUTS` its parts fit); the files written and the layout. A model
-    whose parts do not fit is one line naming them and the layouts they do fit; nothing is written."""
+    """Write a causal language model's or a ViT's checkpoint as a Hugging Face ``transformers`` folder in
+    ``layout`` (``auto``: the first of :data:`~.hf_layouts.LAYOUTS` its parts fit); the files written and the
+    layout. A model whose parts do not fit is one line naming them and the layouts they do fit; nothing is
+    written."""
     from ..core.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
-    from .hf_layouts import CAUSAL_LM, LAYOUTS, fitting_layouts, hf_config, hf_tensors, misfits
+    from .hf_layouts import fitting_layouts, hf_config, hf_tensors, layouts_for, misfits
 
     st = _safetensors_torch()
     net = (ckpt.get("hyper_parameters") or {}).get("net") or {}
-    if net.get("_target_") != CAUSAL_LM:
-        raise OptionError(f"format=hf takes a causal language model (model=causal_lm); this is "
+    kinds = layouts_for(net)
+    if not kinds:
+        raise OptionError(f"format=hf takes a causal language model (model=causal_lm) or a ViT (model=vit); this is "
                           f"{str(net.get('_target_')).rsplit('.', 1)[-1]}: format=safetensors takes every model")
     fits = fitting_layouts(net)
     if layout == "auto":
         if not fits:
-            why = "; ".join(f"{name}: {', '.join(misfits(net, name))}" for name in LAYOUTS)
+            why = "; ".join(f"{name}: {', '.join(misfits(net, name))}" for name in kinds)
             raise OptionError(f"format=hf: this model fits none of the layouts ({why}); format=safetensors takes "
                               f"every model")
         layout = fits[0]
-    elif layout not in LAYOUTS:
-        raise OptionError(f"layout={layout}: choose auto or one of {', '.join(LAYOUTS)}")
+    elif layout not in kinds:
+        raise OptionError(f"layout={layout} holds another kind of model; this one's: {', '.join(kinds)}")
     elif problems := misfits(net, layout):
         raise OptionError(f"layout={layout} does not fit this model: {'; '.join(problems)}; it fits "
                           f"{' and '.join(fits) if fits else 'no Hugging Face layout (format=safetensors does)'}")
     state = {k.removeprefix("net."): v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}
-    ids = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}
-    config = hf_config(net, state, layout, dtype, ids)
+    ids = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID} if layout != "vit" else {}
     files: dict[str, bytes | str] = {
         WEIGHTS: st.save(_tensors(hf_tensors(net, state, layout), dtype), metadata={"format": "pt"}),
-        "config.json": json.dumps(config, indent=1, sort_keys=True) + "\n",
-        "generation_config.json": json.dumps(ids, indent=1) + "\n",
+        "config.json": json.dumps(hf_config(net, state, layout, dtype, ids), indent=1, sort_keys=True) + "\n",
     }
+    if ids:
+        files["generation_config.json"] = json.dumps(ids, indent=1) + "\n"
     if isinstance(ckpt.get("tokenizer"), str):
         names = {f"{role}_token": SPECIAL_TOKENS[i] for role, i in
                  (("pad", PAD_ID), ("bos", BOS_ID), ("eos", EOS_ID), ("unk", UNK_ID))}

@@ -1,4 +1,5 @@
-"""A causal language model's weights in a Hugging Face ``transformers`` layout (GPT-2, LLaMA), chosen by its parts.
+"""A causal language model's weights in a Hugging Face ``transformers`` layout (GPT-2, LLaMA), chosen by its parts,
+and a ViT's as ``ViTForImageClassification`` (class-token pooling, learned positions: the tables below).
 
 Which layout a model can take is decided from its net config alone (the parts the config groups built), so a model
 whose parts have no counterpart is refused, naming the part and the layouts that part fits, before anything is
@@ -27,8 +28,10 @@ from __future__ import annotations
 
 from typing import Any
 
-LAYOUTS = ("gpt2", "llama")
-CAUSAL_LM = "attnlab.models.causal_lm.CausalLM"
+LAYOUTS = ("gpt2", "llama", "vit")
+CAUSAL_LM, VIT = "attnlab.models.causal_lm.CausalLM", "attnlab.models.vit.VisionTransformer"
+NET_OF = {"gpt2": CAUSAL_LM, "llama": CAUSAL_LM, "vit": VIT}  # the attnlab net each layout holds
+STACK = {"gpt2": "decoder", "llama": "decoder", "vit": "encoder"}
 LAYER_NORMS = {"torch.nn.LayerNorm"}
 RMS_NORMS = {"attnlab.modules.norm.RMSNorm", "torch.nn.RMSNorm"}
 LEARNED, ROTARY = "attnlab.modules.positional.LearnedPositions", "attnlab.modules.positional.RotaryPositions"
@@ -48,9 +51,11 @@ def _activation(ffn: dict) -> str | None:
 
 
 def misfits(net: dict, layout: str) -> list[str]:
-    """Why the net ``net`` (a CausalLM config) does not fit ``layout``: one phrase per part, empty when it fits."""
-    if _target(net) != CAUSAL_LM:
-        return [f"the net is {str(_target(net)).rsplit('.', 1)[-1]}, not a causal language model (CausalLM)"]
+    """Why the net ``net`` does not fit ``layout``: one phrase per part, empty when it fits."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"no layout {layout!r}")
+    if _target(net) != NET_OF[layout]:
+        return [f"the net is {str(_target(net)).rsplit('.', 1)[-1]}, not {NET_OF[layout].rsplit('.', 1)[-1]}"]
     norm, ffn, attn, pos = (net.get(k) or {} for k in ("norm", "ffn", "attn", "pos"))
     out = []
     if not net.get("causal", True):
@@ -86,8 +91,19 @@ def misfits(net: dict, layout: str) -> list[str]:
             out.append("ffn not gated (LLaMA: down(act(gate(x)) * up(x)))")
         if _target(pos) != ROTARY:
             out.append(f"pos={str(_target(pos)).rsplit('.', 1)[-1]} (LLaMA: rotary)")
-    else:
-        raise ValueError(f"no layout {layout!r}")
+    else:  # vit: ViTForImageClassification
+        if net.get("pool") != "cls":
+            out.append(f"model.net.pool={net.get('pool')} (ViTForImageClassification reads the class token: pool=cls)")
+        if layer not in LAYER_NORMS:
+            out.append(f"norm.layer={layer} (ViT: LayerNorm)")
+        if gated:
+            out.append("ffn gated (ViT: fc1, activation, fc2)")
+        if _target(pos) != LEARNED:
+            out.append(f"pos={str(_target(pos)).rsplit('.', 1)[-1]} (ViT: learned positions)")
+        if attn.get("kv_heads") not in (None, net.get("n_heads")):
+            out.append(f"attn.kv_heads={attn['kv_heads']} (ViT: multi-head only)")
+        if not net.get("bias", True) or not ffn.get("bias", True):
+            out.append("no biases (ViT has them: model.net.bias=true, ffn.bias=true)")
     return out
 
 
@@ -95,19 +111,34 @@ def fitting_layouts(net: dict) -> list[str]:
     return [layout for layout in LAYOUTS if not misfits(net, layout)]
 
 
-def _sizes(net: dict, state: dict) -> dict:
+def layouts_for(net: dict) -> list[str]:
+    """The layouts of this kind of net (fitting or not)."""
+    return [layout for layout in LAYOUTS if NET_OF[layout] == _target(net)]
+
+
+def _sizes(net: dict, state: dict, layout: str) -> dict:
     d, heads = int(net["d_model"]), int(net["n_heads"])
     kv = int((net.get("attn") or {}).get("kv_heads") or heads)
-    return {"d": d, "heads": heads, "kv": kv, "head_dim": d // heads,
-            "hidden": int(state["decoder.layers.0.ffn.up_proj.weight"].shape[0]), "layers": int(net["n_layers"])}
+    return {"d": d, "heads": heads, "kv": kv, "head_dim": d // heads, "layers": int(net["n_layers"]),
+            "hidden": int(state[f"{STACK[layout]}.layers.0.ffn.up_proj.weight"].shape[0])}
 
 
 def hf_config(net: dict, state: dict, layout: str, dtype: str, special: dict[str, int | None]) -> dict:
     """``config.json`` of the layout for ``net`` (``state``: its weights without the ``net.`` prefix)."""
-    s, norm = _sizes(net, state), net.get("norm") or {}
+    s, norm = _sizes(net, state, layout), net.get("norm") or {}
     eps = float((norm.get("layer") or {}).get("eps", 1e-5))
+    kind = {"fp32": "float32", "bf16": "bfloat16"}[dtype]
+    if layout == "vit":  # (layer_norm_eps: transformers' ViT default is 1e-12, attnlab's LayerNorm 1e-5)
+        return {"architectures": ["ViTForImageClassification"], "model_type": "vit", "hidden_size": s["d"],
+                "num_hidden_layers": s["layers"], "num_attention_heads": s["heads"], "intermediate_size": s["hidden"],
+                "hidden_act": _activation(net["ffn"]), "hidden_dropout_prob": float(net.get("dropout", 0.0)),
+                "attention_probs_dropout_prob": float(net.get("attn_dropout", 0.0)), "layer_norm_eps": eps,
+                "image_size": int(net["image_size"]), "patch_size": int(net["patch_size"]),
+                "num_channels": int(net["in_channels"]), "qkv_bias": True, "dtype": kind,
+                "id2label": {str(i): str(i) for i in range(int(net["num_classes"]))},
+                "label2id": {str(i): i for i in range(int(net["num_classes"]))}}
     common = {"vocab_size": int(net["vocab_size"]), "tie_word_embeddings": bool(net.get("tie_embeddings", True)),
-              "dtype": {"fp32": "float32", "bf16": "bfloat16"}[dtype], **special}
+              "dtype": kind, **special}
     if layout == "gpt2":
         return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_positions": int(net["max_len"]),
                 "n_embd": s["d"], "n_layer": s["layers"], "n_head": s["heads"], "n_inner": s["hidden"],
@@ -125,10 +156,15 @@ def hf_config(net: dict, state: dict, layout: str, dtype: str, special: dict[str
 
 
 # The renaming, one table for both directions: (attnlab's tensor or module, the layout's, transposed?). Modules
-# carry their .weight and .bias; LLaMA's q|k|v rows are split apart from the table (QKV).
+# carry their .weight and .bias; the q|k|v rows are split apart from the table (QKV).
 WHOLE = {"gpt2": [("embed.weight", "transformer.wte.weight"), ("positions.table", "transformer.wpe.weight")],
-         "llama": [("embed.weight", "model.embed_tokens.weight")]}
-BLOCK = {"gpt2": "transformer.h", "llama": "model.layers"}
+         "llama": [("embed.weight", "model.embed_tokens.weight")],
+         "vit": [("cls_token", "vit.embeddings.cls_token"), ("positions.table", "vit.embeddings.position_embeddings")]}
+AROUND = {"gpt2": [], "llama": [],  # modules outside the layers
+          "vit": [("patch_embed.proj", "vit.embeddings.patch_embeddings.projection", False), ("head", "classifier",
+                                                                                                False)]}
+# (ViT: the names save_pretrained writes, which every transformers version reads; version 5 renames them in memory)
+BLOCK = {"gpt2": "transformer.h", "llama": "model.layers", "vit": "vit.encoder.layer"}
 PER_LAYER = {
     "gpt2": [("sa_norm", "ln_1", False), ("self_attn.qkv_proj", "attn.c_attn", True),  # GPT-2's Conv1D: x @ W
              ("self_attn.out_proj", "attn.c_proj", True), ("ffn_norm", "ln_2", False),
@@ -136,16 +172,24 @@ PER_LAYER = {
     "llama": [("sa_norm", "input_layernorm", False), ("self_attn.out_proj", "self_attn.o_proj", False),
               ("ffn_norm", "post_attention_layernorm", False), ("ffn.gate_proj", "mlp.gate_proj", False),
               ("ffn.up_proj", "mlp.up_proj", False), ("ffn.down_proj", "mlp.down_proj", False)],
+    "vit": [("sa_norm", "layernorm_before", False), ("self_attn.out_proj", "attention.output.dense", False),
+            ("ffn_norm", "layernorm_after", False), ("ffn.up_proj", "intermediate.dense", False),
+            ("ffn.down_proj", "output.dense", False)],
 }
-FINAL = {"gpt2": "transformer.ln_f", "llama": "model.norm"}
-QKV = ("self_attn.qkv_proj", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
+FINAL = {"gpt2": "transformer.ln_f", "llama": "model.norm", "vit": "vit.layernorm"}
+QKV = {"llama": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+       "vit": ("attention.attention.query", "attention.attention.key", "attention.attention.value")}
+# tensors whose shape differs: the layout's is attnlab's with a leading 1 (ViT's (1, T, D) position table)
+BATCHED = {"vit.embeddings.position_embeddings"}
 
 
 def _modules(layout: str, layers: int) -> list[tuple[str, str, bool]]:
-    """(attnlab module, the layout's module, transposed) for every layer's renamed module and the final norm."""
-    return [(f"decoder.layers.{i}.{ours}", f"{BLOCK[layout]}.{i}.{theirs}", t)
-            for i in range(layers) for ours, theirs, t in PER_LAYER[layout]] + [("decoder.final_norm", FINAL[layout],
-                                                                                  False)]
+    """(attnlab module, the layout's module, transposed) for every renamed module: the layers', the final norm's
+    and those around the layers."""
+    stack = STACK[layout]
+    return [(f"{stack}.layers.{i}.{ours}", f"{BLOCK[layout]}.{i}.{theirs}", t)
+            for i in range(layers) for ours, theirs, t in PER_LAYER[layout]] + \
+        [(f"{stack}.final_norm", FINAL[layout], False), *AROUND[layout]]
 
 
 def _moved(source: dict, pairs: list[tuple[str, str, bool]]) -> dict:
@@ -159,20 +203,23 @@ def _moved(source: dict, pairs: list[tuple[str, str, bool]]) -> dict:
     return out
 
 
+def _qkv_rows(s: dict) -> tuple[int, int, int]:
+    return s["d"], s["kv"] * s["head_dim"], s["kv"] * s["head_dim"]
+
+
 def hf_tensors(net: dict, state: dict, layout: str) -> dict:
     """The weights under the layout's names (``state``: the net's own, without the ``net.`` prefix)."""
-    s = _sizes(net, state)
-    out = {theirs: state[ours] for ours, theirs in WHOLE[layout]}
+    s = _sizes(net, state, layout)
+    out = {theirs: state[ours][None] if theirs in BATCHED else state[ours] for ours, theirs in WHOLE[layout]}
     out.update(_moved(state, _modules(layout, s["layers"])))
-    if layout == "llama":  # q | k | v rows apart (k and v: kv_heads x head_dim rows each)
-        widths = (s["d"], s["kv"] * s["head_dim"], s["kv"] * s["head_dim"])
+    if layout in QKV:  # q | k | v rows apart (k and v: kv_heads x head_dim rows each)
         for i in range(s["layers"]):
             for suffix in ("weight", "bias"):
-                fused = state.get(f"decoder.layers.{i}.{QKV[0]}.{suffix}")
+                fused = state.get(f"{STACK[layout]}.layers.{i}.self_attn.qkv_proj.{suffix}")
                 if fused is not None:
-                    for name, part in zip(QKV[1], fused.split(widths, dim=0)):
+                    for name, part in zip(QKV[layout], fused.split(_qkv_rows(s), dim=0)):
                         out[f"{BLOCK[layout]}.{i}.{name}.{suffix}"] = part
-    if not net.get("tie_embeddings", True):
+    if layout != "vit" and not net.get("tie_embeddings", True):
         out["lm_head.weight"] = state["head.weight"]
     return out
 
@@ -203,7 +250,8 @@ def net_from_hf(config: dict) -> dict:
     attn = {"_target_": "attnlab.modules.attention.MultiHeadAttention", "_partial_": True, "kv_heads": None,
             "qk_norm": False, "window": None, "scaled": True}
     common = {"_target_": CAUSAL_LM, "vocab_size": int(config["vocab_size"]), "causal": True, "moe": {},
-              "tie_embeddings": bool(config.get("tie_word_embeddings", True)), "init": "gpt2"}
+              "tie_embeddings": bool(config.get("tie_word_embeddings", True)), "init": "gpt2"} \
+        if kind in ("gpt2", "llama") else {}
     if kind == "gpt2":
         for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
             if config.get(flag):
@@ -235,6 +283,20 @@ def net_from_hf(config: dict) -> dict:
                             bool(config.get("mlp_bias", False))),
                 "attn": {**attn, "kv_heads": None if kv == heads else kv},
                 "pos": {"_target_": ROTARY, "_partial_": True, "base": float(rope.get("rope_theta", 1e4))}}
+    if kind == "vit":
+        d = int(config["hidden_size"])
+        if not config.get("qkv_bias", True):
+            raise ValueError("qkv_bias=false")
+        return {"_target_": VIT, "image_size": int(config["image_size"]), "patch_size": int(config["patch_size"]),
+                "in_channels": int(config.get("num_channels", 3)), "num_classes": len(config.get("id2label") or
+                                                                                       {"0": 0, "1": 1}),
+                "d_model": d, "n_layers": int(config["num_hidden_layers"]),
+                "n_heads": int(config["num_attention_heads"]), "dropout": float(config.get("hidden_dropout_prob", 0)),
+                "attn_dropout": float(config.get("attention_probs_dropout_prob", 0.0)), "bias": True, "pool": "cls",
+                "norm": {"placement": "pre", "layer": {"_target_": "torch.nn.LayerNorm", "_partial_": True,
+                                                       "eps": float(config.get("layer_norm_eps", 1e-12))}},
+                "ffn": _ffn(config.get("hidden_act", "gelu"), False, int(config["intermediate_size"]), d, True),
+                "moe": {}, "attn": attn, "pos": {"_target_": LEARNED, "_partial_": True}, "init": "xavier"}
     raise ValueError(f"model_type={kind!r} (attnlab reads {', '.join(LAYOUTS)})")
 
 
@@ -245,13 +307,14 @@ def tensors_from_hf(net: dict, theirs: dict, layout: str) -> dict:
     import torch
 
     layers = int(net["n_layers"])
-    out = {ours: theirs[name] for ours, name in WHOLE[layout]}
+    out = {ours: theirs[name][0] if name in BATCHED else theirs[name] for ours, name in WHOLE[layout]}
     out.update(_moved(theirs, [(b, a, t) for a, b, t in _modules(layout, layers)]))
-    if layout == "llama":
+    if layout in QKV:
         for i in range(layers):
             for suffix in ("weight", "bias"):
-                parts = [theirs.get(f"{BLOCK[layout]}.{i}.{name}.{suffix}") for name in QKV[1]]
+                parts = [theirs.get(f"{BLOCK[layout]}.{i}.{name}.{suffix}") for name in QKV[layout]]
                 if parts[0] is not None:
-                    out[f"decoder.layers.{i}.{QKV[0]}.{suffix}"] = torch.cat(parts, dim=0)
-    out["head.weight"] = out["embed.weight"] if net.get("tie_embeddings", True) else theirs["lm_head.weight"]
+                    out[f"{STACK[layout]}.layers.{i}.self_attn.qkv_proj.{suffix}"] = torch.cat(parts, dim=0)
+    if layout != "vit":
+        out["head.weight"] = out["embed.weight"] if net.get("tie_embeddings", True) else theirs["lm_head.weight"]
     return out
