@@ -60,6 +60,10 @@ def build_run(the_plan: Any, stops: StageSignals) -> BuiltRun:
         datamodule.setup("fit")
         if checkpoint is not None:
             resume.check_tokenizer(checkpoint, datamodule, the_plan.option)
+    if checkpoint is None and cfg.get("init_from"):  # a new run from a model folder's weights (a resumed one: its own)
+        from .init_from import load_weights
+
+        load_weights(model, cfg.init_from)
     if checkpoint is not None and checkpoint.exported:  # (train=false) its weights are tested: Lightning reads no folder
         model.on_load_checkpoint(checkpoint.contents)
         model.load_state_dict(checkpoint.contents["state_dict"], strict=True)

@@ -79,6 +79,10 @@ def preflight(cfg: DictConfig, overrides: Sequence[str], run_dir: Path) -> RunPl
     """``train.py``'s checks, each once, in the order a user would want to hear of them; a refusal is one line
     (a :class:`~attnlab.core.errors.UserError`). ``overrides``: this job's command line; ``run_dir``: its folder."""
     raise_if_failed()  # Hydra's first lines into train.log found the disk full
+    if cfg.get("init_from"):  # the folder's model replaces the config's, before anything is checked
+        from . import init_from
+
+        init_from.apply(cfg, overrides)
     # bad values (n_heads=0, seed=-1, task_name=nan, an unset ${oc.env:...}, +attn.foo=1, a model too big to fit):
     # one line naming the key, before anything is built or torch imported
     resolved = validate_config(cfg, overrides, memory=False)

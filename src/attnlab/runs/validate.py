@@ -160,6 +160,7 @@ RULES: list[tuple[str, Check]] = [
     ("threads", threads_setting),
     ("ckpt_path", optional_path),
     ("resume", optional_path),
+    ("init_from", optional_path),
     ("optimized_metric", name_check(256, nullable=True)),
     *((f"paths.{k}", path_text) for k in ("root_dir", "cache_dir", "log_dir", "output_dir")),
     ("logger.wandb.project", name_check(128, bad_chars=_WANDB_PROJECT_BAD, quote_hint="logger.wandb.project="
@@ -295,7 +296,7 @@ OPTIMIZATION_GROUPS = {"optim": "model.optimizer", "sched": "model.scheduler"}
 
 # the top-level keys of conf/train.yaml the rules read (the groups are read whole)
 TOP_KEYS = ("seed", "task_name", "experiment_name", "tags", "train", "test", "compile", "threads", "ckpt_path",
-            "resume", "optimized_metric")
+            "resume", "init_from", "optimized_metric")
 
 _COMPILED = [(key_pattern(glob), check) for glob, check in RULES]
 

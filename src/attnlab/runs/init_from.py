@@ -1,0 +1,112 @@
+"""``init_from=<folder>``: a new run that starts from the weights of a model folder, an attnlab export
+(``attnlab.json``) or one that Hugging Face ``transformers`` wrote (``config.json``: the layouts of
+:mod:`attnlab.checkpoints.hf_layouts`).
+
+The folder decides the model: its net's parts and sizes replace the model config's before anything is checked
+(:func:`apply`, torch-free, the first step of the plan), so a command-line part or size is refused rather than
+silently overruled, and a value the model takes from the data (``image_size: ${data.image_size}``) must agree with
+the data. The weights are loaded once the model is built (:func:`load_weights`), strictly, and only into a fresh
+run: a resumed one continues from its own checkpoint.
+
+Not yet: models whose ids come from a tokenizer (the language models, translation): the data modules train their
+own, whose ids the folder's embeddings do not share.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+
+from ..checkpoints.exported import SETTINGS, TOKENIZER, is_exported
+from ..core.errors import ConfigError
+
+GROUPS = ("norm", "ffn", "moe", "attn", "pos")
+TEXT_NETS = ("attnlab.models.causal_lm.CausalLM", "attnlab.models.masked_lm.MaskedLM")
+
+
+def folder_net(path: str | Path) -> dict:
+    """The net config a model folder holds (torch-free: its JSON only); one line for a folder that holds none."""
+    from ..checkpoints.hf_layouts import net_from_hf
+
+    folder = Path(path).expanduser()
+    where = f"init_from={path}"
+    if is_exported(folder):
+        try:
+            net = (json.loads((folder / SETTINGS).read_text(encoding="utf-8")).get("hyper_parameters") or {})["net"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ConfigError(f"{where}: {folder / SETTINGS} holds no net config ({e})") from None
+    elif (folder / "config.json").is_file():
+        try:
+            net = net_from_hf(json.loads((folder / "config.json").read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"{where}: its config.json has no attnlab counterpart: {e}") from None
+    elif folder.is_dir():
+        raise ConfigError(f"{where}: the folder holds neither {SETTINGS} (an attnlab export) nor config.json "
+                          f"(a Hugging Face model)")
+    else:
+        raise ConfigError(f"{where}: no such folder")
+    if not isinstance(net, dict) or not isinstance(net.get("_target_"), str):
+        raise ConfigError(f"{where}: its net config names no model class")
+    if (folder / TOKENIZER).is_file() or net["_target_"] in TEXT_NETS:
+        raise ConfigError(f"{where}: a model that reads token ids from a tokenizer cannot start a run yet (the data "
+                          f"module trains its own tokenizer, whose ids the folder's embeddings do not share); "
+                          f"export, generate and explore take it")
+    return net
+
+
+def _overridden(overrides: list[str] | tuple[str, ...]) -> list[str]:
+    """The command line's settings of the model's parts and sizes."""
+    out = []
+    for o in overrides:
+        key = o.lstrip("+~").split("=", 1)[0]
+        if key in GROUPS or key.split(".")[0] in GROUPS or key.startswith("model.net."):
+            out.append(o)
+    return out
+
+
+def apply(cfg: DictConfig, overrides: Any) -> None:
+    """Put the folder's net into ``cfg`` (its parts into the block groups, its sizes into ``model.net``); one line
+    for a command-line part or size, a folder of another model, or a size the data disagrees with."""
+    path = cfg.init_from
+    if cfg.get("ckpt_path"):
+        raise ConfigError("give either init_from= (a model's weights) or ckpt_path= (a run's training state), "
+                          "not both")
+    net = folder_net(path)
+    if isinstance(overrides, ListConfig):  # (as Hydra holds them: unresolved, an ${oc.env:...} is not read here)
+        overrides = OmegaConf.to_container(overrides, resolve=False)
+    want = OmegaConf.select(cfg, "model.net._target_")
+    if net["_target_"] != want:
+        raise ConfigError(f"init_from={path} holds a {net['_target_'].rsplit('.', 1)[-1]}; model="
+                          f"{cfg.model.get('name')} builds a {str(want).rsplit('.', 1)[-1]}: choose its model=")
+    if given := _overridden(overrides):
+        raise ConfigError(f"init_from={path} decides the model's parts and sizes (its config): drop {given[0]}")
+    with open_dict(cfg):
+        for key, value in net.items():
+            if key in GROUPS:
+                cfg[key] = value
+            elif key != "_target_" and key in cfg.model.net and OmegaConf.is_interpolation(cfg.model.net, key):
+                source = str(OmegaConf.to_container(cfg.model.net, resolve=False)[key]).strip("${}")
+                if OmegaConf.select(cfg, source) != value:
+                    raise ConfigError(f"init_from={path}: its {key} is {value}, the data's ({source}) "
+                                      f"{OmegaConf.select(cfg, source)}: give {source}={value}")
+            elif key != "_target_":
+                cfg.model.net[key] = value
+
+
+def load_weights(model: Any, path: str | Path) -> None:
+    """The folder's weights into the task's net (built from the same config): strictly, one line for a
+    difference."""
+    from ..checkpoints.exported import read_exported, read_hf
+    from ..checkpoints.state_fit import check_fits
+
+    folder = Path(path).expanduser()
+    if is_exported(folder):
+        state = {k.removeprefix("net."): v for k, v in read_exported(folder)["state_dict"].items()
+                 if k.startswith("net.")}
+    else:
+        state = read_hf(folder)[1]
+    check_fits(model.net, state, folder)
+    model.net.load_state_dict(state, strict=True)
