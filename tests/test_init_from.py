@@ -67,6 +67,27 @@ def test_an_init_from_run_resumes_exactly(library_vit, tmp_path, cache_dir):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.parametrize("fmt", ["safetensors", "hf"])
+def test_a_language_model_run_starts_from_an_export_with_its_tokenizer(fmt, tmp_path, cache_dir):
+    """The committed LM checkpoint exported (attnlab's folder, or the GPT-2 layout): the run's weights start as
+    the checkpoint's, its data is encoded with the folder's tokenizer, and its checkpoint carries that tokenizer."""
+    from attnlab.cli.export import export
+    from attnlab.runs.load import load_task
+
+    folder = tmp_path / "export"
+    export(FIXTURES / "legacy_causal_lm.ckpt", folder, format=fmt)
+    run = tmp_path / "run"
+    out = run_cli(["model=causal_lm", *VIT[1:], f"init_from={folder}", "data.seq_len=16", "trainer.max_steps=1",
+                   "model.optimizer.lr=1e-12", "test=false", f"hydra.run.dir={run}"], cache_dir)
+    assert out.returncode == 0, out.stdout[-3000:]
+    ckpt = last_state(run)
+    assert ckpt["tokenizer"] == (folder / "tokenizer.json").read_text()
+    task, _ = load_task(FIXTURES / "legacy_causal_lm.ckpt", "attnlab.tasks.base.Task", "attnlab")
+    theirs = task.state_dict()
+    assert ckpt["state_dict"].keys() == theirs.keys()
+    assert all(torch.allclose(ckpt["state_dict"][k], theirs[k], atol=1e-6) for k in theirs)
+
+
 def test_an_attnlab_export_starts_a_run(tmp_path, cache_dir):
     from attnlab.cli.export import export
 
@@ -84,7 +105,10 @@ def test_an_attnlab_export_starts_a_run(tmp_path, cache_dir):
     ("with_ckpt_path", "give either init_from= (a model's weights) or ckpt_path= (a run's training state)"),
     ("missing", "no such folder"),
     ("not_a_model", "the folder holds neither attnlab.json (an attnlab export) nor config.json"),
-    ("tokenizer", "a model that reads token ids from a tokenizer cannot start a run yet"),
+    ("lm_seq_len", "its max_len is 16, the data's (data.seq_len) 32: give data.seq_len=16"),  # (debug=fast's)
+    ("lm_vocab", "decides the model's parts and sizes (its config): drop data.vocab_size=512"),
+    ("lm_no_tokenizer", "no tokenizer.json: a language model's weights need the tokenizer they were trained with"),
+    ("lm_other_specials", "its tokenizer's special tokens are not attnlab's (<pad> <bos> <eos> <unk> at ids 0-3"),
 ])
 def test_each_contradiction_is_one_line_before_anything_is_written(case, expected, library_vit, tmp_path,
                                                                    cache_dir):
@@ -104,14 +128,22 @@ def test_each_contradiction_is_one_line_before_anything_is_written(case, expecte
     elif case == "not_a_model":
         folder = tmp_path / "empty"
         folder.mkdir()
-    elif case == "tokenizer":
+    elif case.startswith("lm_"):
         from attnlab.cli.export import export
 
         folder = tmp_path / "lm"
         export(FIXTURES / "legacy_causal_lm.ckpt", folder)
-        extra = ["model=causal_lm"]
+        extra = ["model=causal_lm", *(["data.seq_len=16"] if case != "lm_seq_len" else [])]
+        if case == "lm_vocab":
+            extra.append("data.vocab_size=512")
+        if case == "lm_no_tokenizer":
+            (folder / "tokenizer.json").unlink()
+        if case == "lm_other_specials":  # a tokenizer of another project: GPT-2's <|endoftext|> and no <pad>
+            text = (folder / "tokenizer.json").read_text()
+            (folder / "tokenizer.json").write_text(text.replace('"<pad>"', '"<|endoftext|>"'))
     args = [*VIT, f"init_from={folder}", *extra, f"hydra.run.dir={tmp_path / 'run'}"]
-    out = run_cli([a for a in args if not (case in ("family", "tokenizer") and a == "model=vit")], cache_dir)
+    out = run_cli([a for a in args if not (case == "family" or case.startswith("lm_")) or a != "model=vit"],
+                  cache_dir)
     assert out.returncode == 2, out.stdout[-2000:]
     one_error_line(out.stdout, expected)
     assert not (tmp_path / "run").exists()

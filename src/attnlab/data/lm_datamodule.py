@@ -67,13 +67,14 @@ def corpus_tokenizer(sources: list[TextSource], vocab_size: int, cache_dir: str 
 
 def tokenize_corpus(sources: list[TextSource], vocab_size: int, cache_dir: str | os.PathLike,
                     normalization: TextNormalization | None = None,
-                    sample_bytes: int = DEFAULT_TOKENIZER_SAMPLE_MB << 20) -> tuple[BPETokenizer, TokenStream]:
+                    sample_bytes: int = DEFAULT_TOKENIZER_SAMPLE_MB << 20,
+                    tokenizer: BPETokenizer | None = None) -> tuple[BPETokenizer, TokenStream]:
     """Tokenizer and the corpus's ids as a :class:`TokenStream` over cached shards, built (or finished, after an
     interrupted run) when missing. Cheap when cached: ``stat`` calls, two small JSON reads, no text read, so
     ``prepare_data`` and ``setup`` (every DDP rank) can both call it. Ids are uint16 when the vocab fits, else
-    uint32."""
+    uint32. ``tokenizer``: a given one (a model folder's), used instead of training one."""
     normalization = normalization or TextNormalization()
-    tok = corpus_tokenizer(sources, vocab_size, cache_dir, normalization, sample_bytes)
+    tok = tokenizer or corpus_tokenizer(sources, vocab_size, cache_dir, normalization, sample_bytes)
     out = shards_dir(sources, tok, cache_dir)
     manifest = complete_manifest(out, sources, tok)
     if manifest is None:
@@ -181,6 +182,8 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
         # hf (data=hf): the text column (data.hf.text_column) of the dataset's train split; val and test are carved
         # from its end by the fractions, as for a text file
         hf: dict | None = None,
+        # a tokenizer file to use instead of training one (init_from= sets it to the model folder's tokenizer.json)
+        tokenizer: str | None = None,
     ):
         super().__init__()
         if source not in SOURCES:
@@ -211,8 +214,9 @@ class LMDataModule(MidEpochResume, L.LightningDataModule):
     def _tokenize(self) -> tuple[BPETokenizer, TokenStream]:
         hp = self.hparams
         sources = text_sources(hp.source, hp.path, hp.hf, hp.cache_dir)
+        given = BPETokenizer.given(hp.tokenizer) if hp.get("tokenizer") else None
         return tokenize_corpus(sources, hp.vocab_size, hp.cache_dir, self.normalization,
-                               tokenizer_sample_bytes(hp.tokenizer_sample_mb))
+                               tokenizer_sample_bytes(hp.tokenizer_sample_mb), tokenizer=given)
 
     def prepare_data(self) -> None:
         """Train the tokenizer and encode the corpus into the cache (rank 0 under DDP)."""

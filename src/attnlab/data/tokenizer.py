@@ -169,6 +169,29 @@ class BPETokenizer:
         _atomic_write_text(Path(path), self.to_str())
 
     @classmethod
+    def given(cls, path: str | Path) -> BPETokenizer:
+        """The tokenizer file a run is given (``data.tokenizer``: a model folder's ``tokenizer.json``): one line
+        for a missing or unreadable file, a normalizer that could grow a text without bound, or special tokens
+        that are not the project's."""
+        import json
+
+        from ..core.errors import DataError
+        from .normalization import growth_problem
+
+        path = Path(path).expanduser()
+        try:
+            text = path.read_text(encoding="utf-8")
+            spec = json.loads(text)
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise DataError(f"data.tokenizer={path}: cannot be read: {e}") from None
+        if problem := growth_problem(spec.get("normalizer") if isinstance(spec, dict) else None):
+            raise DataError(f"data.tokenizer={path}: {problem}")
+        try:
+            return cls.from_str(text)
+        except Exception as e:  # noqa: BLE001 - the tokenizers library's bare Exception, our ValueError (specials)
+            raise DataError(f"data.tokenizer={path}: cannot be used: {str(e).strip().splitlines()[0]}") from None
+
+    @classmethod
     def load(cls, path: str | Path) -> BPETokenizer:
         return cls(Tokenizer.from_file(str(path)))
 

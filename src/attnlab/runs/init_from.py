@@ -8,8 +8,10 @@ silently overruled, and a value the model takes from the data (``image_size: ${d
 the data. The weights are loaded once the model is built (:func:`load_weights`), strictly, and only into a fresh
 run: a resumed one continues from its own checkpoint.
 
-Not yet: models whose ids come from a tokenizer (the language models, translation): the data modules train their
-own, whose ids the folder's embeddings do not share.
+A causal language model's folder brings its tokenizer (``tokenizer.json``, with attnlab's special tokens): the data
+module encodes the corpus with it instead of training one (``data.tokenizer``), at the folder's vocabulary size.
+Not yet: the other models whose ids come from a tokenizer (masked LM, translation), and tokenizers with other
+special tokens (a real GPT-2's or LLaMA's).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from ..checkpoints.exported import SETTINGS, TOKENIZER, is_exported
 from ..core.errors import ConfigError
 
 GROUPS = ("norm", "ffn", "moe", "attn", "pos")
-TEXT_NETS = ("attnlab.models.causal_lm.CausalLM", "attnlab.models.masked_lm.MaskedLM")
+CAUSAL_LM = "attnlab.models.causal_lm.CausalLM"
+LM_DATA = "attnlab.data.lm_datamodule.LMDataModule"
+SPECIALS = {"<pad>": 0, "<bos>": 1, "<eos>": 2, "<unk>": 3}  # (attnlab.core.special_tokens, as a tokenizer names them)
 
 
 def folder_net(path: str | Path) -> dict:
@@ -50,19 +54,39 @@ def folder_net(path: str | Path) -> dict:
         raise ConfigError(f"{where}: no such folder")
     if not isinstance(net, dict) or not isinstance(net.get("_target_"), str):
         raise ConfigError(f"{where}: its net config names no model class")
-    if (folder / TOKENIZER).is_file() or net["_target_"] in TEXT_NETS:
-        raise ConfigError(f"{where}: a model that reads token ids from a tokenizer cannot start a run yet (the data "
-                          f"module trains its own tokenizer, whose ids the folder's embeddings do not share); "
-                          f"export, generate and explore take it")
+    if net["_target_"] == CAUSAL_LM:
+        _check_tokenizer(folder, where)
+    elif (folder / TOKENIZER).is_file() or "vocab_size" in net and net["_target_"] != "attnlab.models." \
+            "sequence_classifier.SequenceClassifier":
+        raise ConfigError(f"{where}: a {net['_target_'].rsplit('.', 1)[-1]} reads token ids from a tokenizer its "
+                          f"data module trains: only a causal language model's folder can start a run with its own "
+                          f"tokenizer yet")
     return net
 
 
+def _check_tokenizer(folder: Path, where: str) -> None:
+    """A causal LM's folder brings a tokenizer whose special tokens are attnlab's (torch-free: its JSON)."""
+    path = folder / TOKENIZER
+    if not path.is_file():
+        raise ConfigError(f"{where}: no {TOKENIZER}: a language model's weights need the tokenizer they were "
+                          f"trained with")
+    try:
+        added = {t["content"]: t["id"] for t in json.loads(path.read_text(encoding="utf-8")).get("added_tokens", [])}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"{where}: {path} cannot be read: {e}") from None
+    if any(added.get(token) != i for token, i in SPECIALS.items()):
+        raise ConfigError(f"{where}: its tokenizer's special tokens are not attnlab's (<pad> <bos> <eos> <unk> at ids "
+                          f"0-3; it has {dict(sorted(added.items(), key=lambda kv: kv[1])[:4])}): a run cannot use "
+                          f"it yet")
+
+
 def _overridden(overrides: list[str] | tuple[str, ...]) -> list[str]:
-    """The command line's settings of the model's parts and sizes."""
+    """The command line's settings of the model's parts and sizes (and of what the folder's tokenizer decides)."""
     out = []
     for o in overrides:
         key = o.lstrip("+~").split("=", 1)[0]
-        if key in GROUPS or key.split(".")[0] in GROUPS or key.startswith("model.net."):
+        if key in GROUPS or key.split(".")[0] in GROUPS or key.startswith("model.net.") or \
+                key in ("data.tokenizer", "data.vocab_size"):
             out.append(o)
     return out
 
@@ -84,6 +108,12 @@ def apply(cfg: DictConfig, overrides: Any) -> None:
     if given := _overridden(overrides):
         raise ConfigError(f"init_from={path} decides the model's parts and sizes (its config): drop {given[0]}")
     with open_dict(cfg):
+        if net["_target_"] == CAUSAL_LM:  # its ids are its tokenizer's: the data encodes with it, at its size
+            if OmegaConf.select(cfg, "data._target_") != LM_DATA:
+                raise ConfigError(f"init_from={path}: a language model's folder needs text data (data=pydoc, or "
+                                  f"data.source=text_file data.path=...)")
+            cfg.data.tokenizer = str(Path(path).expanduser() / TOKENIZER)
+            cfg.data.vocab_size = int(net["vocab_size"])
         for key, value in net.items():
             if key in GROUPS:
                 cfg[key] = value
