@@ -33,10 +33,12 @@ from attnlab.runs.build import build_model  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 V, T = 64, 48
-LAYOUT_PARTS = {"gpt2": [], "llama": ["norm=rms", "ffn=swiglu", "pos=rotary", "model.net.bias=false"]}
+LAYOUT_PARTS = {"gpt2": [], "llama": ["norm=rms", "ffn=swiglu", "pos=rotary", "model.net.bias=false"],
+                "qwen3": ["norm=rms", "ffn=swiglu", "pos=rotary", "model.net.bias=false", "attn.qk_norm=true",
+                          "attn.qk_norm_eps=1e-5"]}
 HEADS = {"mha": ["attn=mha"], "gqa": ["attn=gqa", "attn.kv_heads=2"], "mqa": ["attn=mqa"]}
 CASES = [(layout, heads, tied, dtype) for layout in LAYOUT_PARTS for heads in HEADS
-         for tied in (True, False) for dtype in ("fp32", "bf16") if layout == "llama" or heads == "mha"]
+         for tied in (True, False) for dtype in ("fp32", "bf16") if layout != "gpt2" or heads == "mha"]
 
 
 def tiny(layout: str, heads: str, tied: bool, tmp_path: Path):
@@ -154,6 +156,8 @@ def test_the_tokenizer_goes_along_and_encodes_as_attnlab_does(tmp_path):
     (["attn.window=4"], "llama", "attn.window=4"),
     (["moe=on"], "auto", "moe=on"),
     (["attn.qk_norm=true", "norm=rms", "ffn=swiglu", "pos=rotary"], "llama", "attn.qk_norm=true"),
+    (["attn.qk_norm=true", "norm=rms", "ffn=swiglu", "pos=rotary"], "qwen3", "attn.qk_norm_eps=None (Qwen3: the norms' eps, 1e-05)"),
+    (["norm=rms", "ffn=swiglu", "pos=rotary"], "qwen3", "attn.qk_norm=false (Qwen3 normalizes q and k)"),
     (["norm=rms", "ffn=swiglu", "pos=rotary"], "gpt2", "it fits llama"),
     (["attn=gqa"], "gpt2", "attn.kv_heads=2 (GPT-2: multi-head only)"),
     (["attn=gqa"], "vit", "layout=vit holds another kind of model; this one's: gpt2, llama"),
@@ -186,9 +190,10 @@ def library_model(layout: str, heads: str, tied: bool):
                                          tie_word_embeddings=tied, activation_function="gelu_new")
     else:
         kv = {"mha": 4, "gqa": 2, "mqa": 1}[heads]
-        config = transformers.LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=88, num_hidden_layers=2,
-                                          num_attention_heads=4, num_key_value_heads=kv, max_position_embeddings=T,
-                                          tie_word_embeddings=tied, rms_norm_eps=1e-6)
+        kind = transformers.LlamaConfig if layout == "llama" else transformers.Qwen3Config
+        config = kind(vocab_size=V, hidden_size=32, intermediate_size=88, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=kv, max_position_embeddings=T, tie_word_embeddings=tied, rms_norm_eps=1e-6,
+                      head_dim=8)
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     with torch.no_grad():  # norms off their ones, so that a misplaced one shows
         for name, p in model.named_parameters():

@@ -1,4 +1,5 @@
-"""A causal language model's weights in a Hugging Face ``transformers`` layout (GPT-2, LLaMA), chosen by its parts,
+"""A causal language model's weights in a Hugging Face ``transformers`` layout (GPT-2, LLaMA, Qwen3: LLaMA's with
+``q_norm``/``k_norm``), chosen by its parts,
 and a ViT's as ``ViTForImageClassification`` (class-token pooling, learned positions: the tables below).
 
 Which layout a model can take is decided from its net config alone (the parts the config groups built), so a model
@@ -28,10 +29,10 @@ from __future__ import annotations
 
 from typing import Any
 
-LAYOUTS = ("gpt2", "llama", "vit")
+LAYOUTS = ("gpt2", "llama", "qwen3", "vit")
 CAUSAL_LM, VIT = "attnlab.models.causal_lm.CausalLM", "attnlab.models.vit.VisionTransformer"
-NET_OF = {"gpt2": CAUSAL_LM, "llama": CAUSAL_LM, "vit": VIT}  # the attnlab net each layout holds
-STACK = {"gpt2": "decoder", "llama": "decoder", "vit": "encoder"}
+NET_OF = {"gpt2": CAUSAL_LM, "llama": CAUSAL_LM, "qwen3": CAUSAL_LM, "vit": VIT}  # the attnlab net each holds
+STACK = {"gpt2": "decoder", "llama": "decoder", "qwen3": "decoder", "vit": "encoder"}
 LAYER_NORMS = {"torch.nn.LayerNorm"}
 RMS_NORMS = {"attnlab.modules.norm.RMSNorm", "torch.nn.RMSNorm"}
 LEARNED, ROTARY = "attnlab.modules.positional.LearnedPositions", "attnlab.modules.positional.RotaryPositions"
@@ -66,7 +67,7 @@ def misfits(net: dict, layout: str) -> list[str]:
         out.append("moe=on")
     if attn.get("window"):
         out.append(f"attn.window={attn['window']}")
-    if attn.get("qk_norm"):
+    if attn.get("qk_norm") and layout != "qwen3":
         out.append("attn.qk_norm=true")
     if attn.get("scaled") is False:
         out.append("attn.scaled=false")
@@ -84,7 +85,15 @@ def misfits(net: dict, layout: str) -> list[str]:
             out.append(f"attn.kv_heads={attn['kv_heads']} (GPT-2: multi-head only)")
         if not net.get("bias", True) or not ffn.get("bias", True):
             out.append("no biases (GPT-2 has them: model.net.bias=true, ffn.bias=true)")
-    elif layout == "llama":
+    elif layout in ("llama", "qwen3"):
+        if layout == "qwen3":  # LLaMA's parts with RMSNorm on q and k, of the same epsilon as every other norm
+            eps = (norm.get("layer") or {}).get("eps")
+            if not attn.get("qk_norm"):
+                out.append("attn.qk_norm=false (Qwen3 normalizes q and k)")
+            elif attn.get("qk_norm_eps") != eps:
+                out.append(f"attn.qk_norm_eps={attn.get('qk_norm_eps')} (Qwen3: the norms' eps, {eps})")
+            if ffn.get("bias"):
+                out.append("ffn.bias=true (Qwen3's MLP has no biases)")
         if layer not in RMS_NORMS:
             out.append(f"norm.layer={layer} (LLaMA: RMSNorm)")
         if not gated:
@@ -146,6 +155,10 @@ def hf_config(net: dict, state: dict, layout: str, dtype: str, special: dict[str
                 "resid_pdrop": float(net.get("dropout", 0.0)), "embd_pdrop": float(net.get("dropout", 0.0)),
                 "attn_pdrop": float(net.get("attn_dropout", 0.0)), "scale_attn_weights": True, **common}
     base = float((net.get("pos") or {}).get("base", 10000.0))
+    if layout == "qwen3":  # LLaMA's keys (no mlp_bias: Qwen3's MLP has none) and its own name
+        config = hf_config(net, state, "llama", dtype, special)
+        config.pop("mlp_bias")
+        return {**config, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "use_sliding_window": False}
     return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": s["d"],
             "intermediate_size": s["hidden"], "num_hidden_layers": s["layers"], "num_attention_heads": s["heads"],
             "num_key_value_heads": s["kv"], "head_dim": s["head_dim"], "hidden_act": _activation(net["ffn"]),
@@ -158,13 +171,13 @@ def hf_config(net: dict, state: dict, layout: str, dtype: str, special: dict[str
 # The renaming, one table for both directions: (attnlab's tensor or module, the layout's, transposed?). Modules
 # carry their .weight and .bias; the q|k|v rows are split apart from the table (QKV).
 WHOLE = {"gpt2": [("embed.weight", "transformer.wte.weight"), ("positions.table", "transformer.wpe.weight")],
-         "llama": [("embed.weight", "model.embed_tokens.weight")],
+         "llama": [("embed.weight", "model.embed_tokens.weight")], "qwen3": [("embed.weight", "model.embed_tokens.weight")],
          "vit": [("cls_token", "vit.embeddings.cls_token"), ("positions.table", "vit.embeddings.position_embeddings")]}
-AROUND = {"gpt2": [], "llama": [],  # modules outside the layers
+AROUND = {"gpt2": [], "llama": [], "qwen3": [],  # modules outside the layers
           "vit": [("patch_embed.proj", "vit.embeddings.patch_embeddings.projection", False), ("head", "classifier",
                                                                                                 False)]}
 # (ViT: the names save_pretrained writes, which every transformers version reads; version 5 renames them in memory)
-BLOCK = {"gpt2": "transformer.h", "llama": "model.layers", "vit": "vit.encoder.layer"}
+BLOCK = {"gpt2": "transformer.h", "llama": "model.layers", "qwen3": "model.layers", "vit": "vit.encoder.layer"}
 PER_LAYER = {
     "gpt2": [("sa_norm", "ln_1", False), ("self_attn.qkv_proj", "attn.c_attn", True),  # GPT-2's Conv1D: x @ W
              ("self_attn.out_proj", "attn.c_proj", True), ("ffn_norm", "ln_2", False),
@@ -172,12 +185,16 @@ PER_LAYER = {
     "llama": [("sa_norm", "input_layernorm", False), ("self_attn.out_proj", "self_attn.o_proj", False),
               ("ffn_norm", "post_attention_layernorm", False), ("ffn.gate_proj", "mlp.gate_proj", False),
               ("ffn.up_proj", "mlp.up_proj", False), ("ffn.down_proj", "mlp.down_proj", False)],
+    "qwen3": [],  # (LLaMA's, and the q/k norms: below)
     "vit": [("sa_norm", "layernorm_before", False), ("self_attn.out_proj", "attention.output.dense", False),
             ("ffn_norm", "layernorm_after", False), ("ffn.up_proj", "intermediate.dense", False),
             ("ffn.down_proj", "output.dense", False)],
 }
-FINAL = {"gpt2": "transformer.ln_f", "llama": "model.norm", "vit": "vit.layernorm"}
+PER_LAYER["qwen3"] = [*PER_LAYER["llama"], ("self_attn.q_norm", "self_attn.q_norm", False),
+                      ("self_attn.k_norm", "self_attn.k_norm", False)]
+FINAL = {"gpt2": "transformer.ln_f", "llama": "model.norm", "qwen3": "model.norm", "vit": "vit.layernorm"}
 QKV = {"llama": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+       "qwen3": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
        "vit": ("attention.attention.query", "attention.attention.key", "attention.attention.value")}
 # tensors whose shape differs: the layout's is attnlab's with a leading 1 (ViT's (1, T, D) position table)
 BATCHED = {"vit.embeddings.position_embeddings"}
@@ -265,6 +282,12 @@ def net_from_hf(config: dict) -> dict:
                 "ffn": _ffn(config.get("activation_function", "gelu_new"), False, int(config.get("n_inner") or 4 * d),
                             d, True),
                 "attn": attn, "pos": {"_target_": LEARNED, "_partial_": True}}
+    if kind == "qwen3":
+        if config.get("use_sliding_window"):
+            raise ValueError("use_sliding_window=true")
+        net = net_from_hf({**config, "model_type": "llama", "mlp_bias": False})
+        net["attn"].update(qk_norm=True, qk_norm_eps=net["norm"]["layer"]["eps"])
+        return net
     if kind == "llama":
         d, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
         if int(config.get("head_dim") or d // heads) != d // heads:

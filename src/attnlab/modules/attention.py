@@ -168,6 +168,8 @@ class MultiHeadAttention(nn.Module):
         scaled: divide scores by √d_head (C4). ``False`` reproduces claim E3's unscaled dot products.
         qk_norm: RMSNorm over the head dimension of q and of k (learned gain per channel, shared by the heads),
             applied after the projection and before positions (OLMo-2, Gemma, Qwen3): modules ``q_norm``/``k_norm``.
+        qk_norm_eps: their epsilon; None: torch's default for the dtype (1.2e-7 in fp32). Qwen3 uses its
+            ``rms_norm_eps`` here too.
         window: sliding-window attention: causal, query i sees keys j with i - W < j <= i; non-causal
             |i - j| < W. Self-attention only. A windowed layer's :meth:`new_cache` keeps W positions.
         positions: an :class:`~attnlab.modules.positional.AttentionPositions` (RoPE, ALiBi), self-attention only.
@@ -184,12 +186,14 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         scaled: bool = True,
         qk_norm: bool = False,
+        qk_norm_eps: float | None = None,
         window: int | None = None,
         positions: AttentionPositions | None = None,
     ):
         super().__init__()
         # the attn group's values and their relation to the sizes: the same check and line as train.py's
-        settings = AttentionSettings(kv_heads=kv_heads, qk_norm=qk_norm, window=window, scaled=scaled)
+        settings = AttentionSettings(kv_heads=kv_heads, qk_norm=qk_norm, qk_norm_eps=qk_norm_eps, window=window,
+                                     scaled=scaled)
         head_dim = settings.check_sizes(d_model, n_heads)
         kv_heads = n_heads if kv_heads is None else kv_heads
         if window is not None and kv_dim is not None:
@@ -213,7 +217,7 @@ class MultiHeadAttention(nn.Module):
             self.qkv_proj = nn.Linear(d_model, d_model + 2 * kv_width, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         if qk_norm:
-            self.q_norm, self.k_norm = RMSNorm(self.head_dim), RMSNorm(self.head_dim)
+            self.q_norm, self.k_norm = RMSNorm(self.head_dim, eps=qk_norm_eps), RMSNorm(self.head_dim, eps=qk_norm_eps)
         self.qk_norm = qk_norm
         self.dropout = dropout
         self.scale = 1.0 / math.sqrt(self.head_dim) if scaled else 1.0

@@ -192,6 +192,7 @@ class AttentionSettings(Settings):
 
     kv_heads: int | None = setting(optional(positive_int), None)  # null: n_heads (plain multi-head)
     qk_norm: bool = setting(boolean, False)
+    qk_norm_eps: float | None = setting(optional(positive_number), None)  # null: torch's default for the dtype
     window: int | None = setting(optional(positive_int), None)  # null: every position
     scaled: bool = setting(boolean, True)
 
