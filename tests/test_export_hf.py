@@ -35,7 +35,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 V, T = 64, 48
 LAYOUT_PARTS = {"gpt2": [], "llama": ["norm=rms", "ffn=swiglu", "pos=rotary", "model.net.bias=false"],
                 "qwen3": ["norm=rms", "ffn=swiglu", "pos=rotary", "model.net.bias=false", "attn.qk_norm=true",
-                          "attn.qk_norm_eps=1e-5"]}
+                          "attn.qk_norm_eps=1e-5"],
+                "mixtral": ["norm=rms", "ffn=swiglu", "pos=rotary", "model.net.bias=false", "moe=on",
+                            "moe.num_experts=4", "moe.top_k=2"]}
 HEADS = {"mha": ["attn=mha"], "gqa": ["attn=gqa", "attn.kv_heads=2"], "mqa": ["attn=mqa"]}
 CASES = [(layout, heads, tied, dtype) for layout in LAYOUT_PARTS for heads in HEADS
          for tied in (True, False) for dtype in ("fp32", "bf16") if layout != "gpt2" or heads == "mha"]
@@ -155,8 +157,11 @@ def test_the_tokenizer_goes_along_and_encodes_as_attnlab_does(tmp_path):
     (["pos=alibi"], "auto", "this model fits none of the layouts"),
     (["attn.window=4"], "llama", "attn.window=4"),
     (["moe=on"], "auto", "moe=on"),
+    (["norm=rms", "ffn=swiglu", "pos=rotary", "model.net.bias=false", "moe=on", "moe.top_k=1"], "mixtral",
+     "moe.top_k=1 (attnlab keeps the raw probability at k=1, Mixtral renormalizes it to 1)"),
     (["attn.qk_norm=true", "norm=rms", "ffn=swiglu", "pos=rotary"], "llama", "attn.qk_norm=true"),
-    (["attn.qk_norm=true", "norm=rms", "ffn=swiglu", "pos=rotary"], "qwen3", "attn.qk_norm_eps=None (Qwen3: the norms' eps, 1e-05)"),
+    (["attn.qk_norm=true", "norm=rms", "ffn=swiglu", "pos=rotary"], "qwen3",
+     "attn.qk_norm_eps=None (Qwen3: the norms' eps, 1e-05)"),
     (["norm=rms", "ffn=swiglu", "pos=rotary"], "qwen3", "attn.qk_norm=false (Qwen3 normalizes q and k)"),
     (["norm=rms", "ffn=swiglu", "pos=rotary"], "gpt2", "it fits llama"),
     (["attn=gqa"], "gpt2", "attn.kv_heads=2 (GPT-2: multi-head only)"),
@@ -190,10 +195,12 @@ def library_model(layout: str, heads: str, tied: bool):
                                          tie_word_embeddings=tied, activation_function="gelu_new")
     else:
         kv = {"mha": 4, "gqa": 2, "mqa": 1}[heads]
-        kind = transformers.LlamaConfig if layout == "llama" else transformers.Qwen3Config
+        kind = {"llama": transformers.LlamaConfig, "qwen3": transformers.Qwen3Config,
+                "mixtral": transformers.MixtralConfig}[layout]
+        extra = {"num_local_experts": 4, "num_experts_per_tok": 2} if layout == "mixtral" else {}
         config = kind(vocab_size=V, hidden_size=32, intermediate_size=88, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=kv, max_position_embeddings=T, tie_word_embeddings=tied, rms_norm_eps=1e-6,
-                      head_dim=8)
+                      head_dim=8, **extra)
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     with torch.no_grad():  # norms off their ones, so that a misplaced one shows
         for name, p in model.named_parameters():
@@ -221,7 +228,8 @@ def test_a_folder_the_library_wrote_reads_into_attnlab_and_exports_back_bit_for_
     with torch.no_grad():
         assert (net(ids) - theirs(ids).logits).abs().max().item() <= 1e-5
 
-    contents = {"hyper_parameters": {"net": net_cfg}, "state_dict": {f"net.{k}": v for k, v in net.state_dict().items()}}
+    contents = {"hyper_parameters": {"net": net_cfg},
+                "state_dict": {f"net.{k}": v for k, v in net.state_dict().items()}}
     write_hf(contents, tmp_path / "again", layout)
     saved, again = load_file(str(tmp_path / "library" / "model.safetensors")), load_file(str(tmp_path / "again" /
                                                                                              "model.safetensors"))

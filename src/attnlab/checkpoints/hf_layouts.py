@@ -1,5 +1,5 @@
 """A causal language model's weights in a Hugging Face ``transformers`` layout (GPT-2, LLaMA, Qwen3: LLaMA's with
-``q_norm``/``k_norm``), chosen by its parts,
+``q_norm``/``k_norm``, Mixtral: LLaMA's with a mixture of SwiGLU experts), chosen by its parts,
 and a ViT's as ``ViTForImageClassification`` (class-token pooling, learned positions: the tables below).
 
 Which layout a model can take is decided from its net config alone (the parts the config groups built), so a model
@@ -29,16 +29,17 @@ from __future__ import annotations
 
 from typing import Any
 
-LAYOUTS = ("gpt2", "llama", "qwen3", "vit")
+LAYOUTS = ("gpt2", "llama", "qwen3", "mixtral", "vit")
+MOE = "attnlab.modules.moe.mixture_of_experts"
 CAUSAL_LM, VIT = "attnlab.models.causal_lm.CausalLM", "attnlab.models.vit.VisionTransformer"
-NET_OF = {"gpt2": CAUSAL_LM, "llama": CAUSAL_LM, "qwen3": CAUSAL_LM, "vit": VIT}  # the attnlab net each holds
-STACK = {"gpt2": "decoder", "llama": "decoder", "qwen3": "decoder", "vit": "encoder"}
+NET_OF = {"gpt2": CAUSAL_LM, "llama": CAUSAL_LM, "qwen3": CAUSAL_LM, "mixtral": CAUSAL_LM, "vit": VIT}  # its net
+STACK = {"gpt2": "decoder", "llama": "decoder", "qwen3": "decoder", "mixtral": "decoder", "vit": "encoder"}
 LAYER_NORMS = {"torch.nn.LayerNorm"}
 RMS_NORMS = {"attnlab.modules.norm.RMSNorm", "torch.nn.RMSNorm"}
 LEARNED, ROTARY = "attnlab.modules.positional.LearnedPositions", "attnlab.modules.positional.RotaryPositions"
 # an activation class (with its arguments) -> transformers' name for it (ACT2FN)
-ACTIVATIONS = {("torch.nn.GELU", "none"): "gelu", ("torch.nn.GELU", "tanh"): "gelu_new", ("torch.nn.ReLU", None): "relu",
-               ("torch.nn.SiLU", None): "silu"}
+ACTIVATIONS = {("torch.nn.GELU", "none"): "gelu", ("torch.nn.GELU", "tanh"): "gelu_new",
+               ("torch.nn.ReLU", None): "relu", ("torch.nn.SiLU", None): "silu"}
 
 
 def _target(node: Any) -> str | None:
@@ -63,8 +64,16 @@ def misfits(net: dict, layout: str) -> list[str]:
         out.append("model.net.causal=false (the layout masks the future)")
     if norm.get("placement", "pre") != "pre":
         out.append(f"norm={norm.get('placement')} (the layout normalizes before each sublayer)")
-    if net.get("moe"):
+    moe = net.get("moe") or {}
+    if moe and layout != "mixtral":
         out.append("moe=on")
+    if layout == "mixtral":  # LLaMA's parts, the feed-forward a mixture of SwiGLU experts, no biases
+        if _target(moe) != MOE:
+            out.append("moe=off (Mixtral's feed-forward is a mixture of experts)")
+        elif int(moe.get("top_k", 2)) < 2:
+            out.append("moe.top_k=1 (attnlab keeps the raw probability at k=1, Mixtral renormalizes it to 1)")
+        if net.get("bias", True) or ffn.get("bias"):
+            out.append("biases (Mixtral has none: model.net.bias=false)")
     if attn.get("window"):
         out.append(f"attn.window={attn['window']}")
     if attn.get("qk_norm") and layout != "qwen3":
@@ -85,7 +94,7 @@ def misfits(net: dict, layout: str) -> list[str]:
             out.append(f"attn.kv_heads={attn['kv_heads']} (GPT-2: multi-head only)")
         if not net.get("bias", True) or not ffn.get("bias", True):
             out.append("no biases (GPT-2 has them: model.net.bias=true, ffn.bias=true)")
-    elif layout in ("llama", "qwen3"):
+    elif layout in ("llama", "qwen3", "mixtral"):
         if layout == "qwen3":  # LLaMA's parts with RMSNorm on q and k, of the same epsilon as every other norm
             eps = (norm.get("layer") or {}).get("eps")
             if not attn.get("qk_norm"):
@@ -128,8 +137,9 @@ def layouts_for(net: dict) -> list[str]:
 def _sizes(net: dict, state: dict, layout: str) -> dict:
     d, heads = int(net["d_model"]), int(net["n_heads"])
     kv = int((net.get("attn") or {}).get("kv_heads") or heads)
+    up = f"{STACK[layout]}.layers.0.ffn.{'experts.0.' if net.get('moe') else ''}up_proj.weight"
     return {"d": d, "heads": heads, "kv": kv, "head_dim": d // heads, "layers": int(net["n_layers"]),
-            "hidden": int(state[f"{STACK[layout]}.layers.0.ffn.up_proj.weight"].shape[0])}
+            "hidden": int(state[up].shape[0]), "experts": int((net.get("moe") or {}).get("num_experts", 0))}
 
 
 def hf_config(net: dict, state: dict, layout: str, dtype: str, special: dict[str, int | None]) -> dict:
@@ -155,6 +165,15 @@ def hf_config(net: dict, state: dict, layout: str, dtype: str, special: dict[str
                 "resid_pdrop": float(net.get("dropout", 0.0)), "embd_pdrop": float(net.get("dropout", 0.0)),
                 "attn_pdrop": float(net.get("attn_dropout", 0.0)), "scale_attn_weights": True, **common}
     base = float((net.get("pos") or {}).get("base", 10000.0))
+    if layout == "mixtral":  # LLaMA's keys, the experts' and its own name (no biases anywhere)
+        config = hf_config(net, state, "llama", dtype, special)
+        for key in ("mlp_bias", "attention_bias"):
+            config.pop(key)
+        moe = net["moe"]
+        return {**config, "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+                "num_local_experts": int(moe["num_experts"]), "num_experts_per_tok": int(moe.get("top_k", 2)),
+                "router_aux_loss_coef": float(moe.get("aux_loss_coef", 0.01)), "router_jitter_noise": 0.0,
+                "output_router_logits": False, "sliding_window": None}
     if layout == "qwen3":  # LLaMA's keys (no mlp_bias: Qwen3's MLP has none) and its own name
         config = hf_config(net, state, "llama", dtype, special)
         config.pop("mlp_bias")
@@ -171,13 +190,14 @@ def hf_config(net: dict, state: dict, layout: str, dtype: str, special: dict[str
 # The renaming, one table for both directions: (attnlab's tensor or module, the layout's, transposed?). Modules
 # carry their .weight and .bias; the q|k|v rows are split apart from the table (QKV).
 WHOLE = {"gpt2": [("embed.weight", "transformer.wte.weight"), ("positions.table", "transformer.wpe.weight")],
-         "llama": [("embed.weight", "model.embed_tokens.weight")], "qwen3": [("embed.weight", "model.embed_tokens.weight")],
+         **{name: [("embed.weight", "model.embed_tokens.weight")] for name in ("llama", "qwen3", "mixtral")},
          "vit": [("cls_token", "vit.embeddings.cls_token"), ("positions.table", "vit.embeddings.position_embeddings")]}
-AROUND = {"gpt2": [], "llama": [], "qwen3": [],  # modules outside the layers
+AROUND = {"gpt2": [], "llama": [], "qwen3": [], "mixtral": [],  # modules outside the layers
           "vit": [("patch_embed.proj", "vit.embeddings.patch_embeddings.projection", False), ("head", "classifier",
                                                                                                 False)]}
 # (ViT: the names save_pretrained writes, which every transformers version reads; version 5 renames them in memory)
-BLOCK = {"gpt2": "transformer.h", "llama": "model.layers", "qwen3": "model.layers", "vit": "vit.encoder.layer"}
+BLOCK = {"gpt2": "transformer.h", "llama": "model.layers", "qwen3": "model.layers", "mixtral": "model.layers",
+         "vit": "vit.encoder.layer"}
 PER_LAYER = {
     "gpt2": [("sa_norm", "ln_1", False), ("self_attn.qkv_proj", "attn.c_attn", True),  # GPT-2's Conv1D: x @ W
              ("self_attn.out_proj", "attn.c_proj", True), ("ffn_norm", "ln_2", False),
@@ -192,21 +212,28 @@ PER_LAYER = {
 }
 PER_LAYER["qwen3"] = [*PER_LAYER["llama"], ("self_attn.q_norm", "self_attn.q_norm", False),
                       ("self_attn.k_norm", "self_attn.k_norm", False)]
-FINAL = {"gpt2": "transformer.ln_f", "llama": "model.norm", "qwen3": "model.norm", "vit": "vit.layernorm"}
+# Mixtral: LLaMA's attention and norms; per expert e, w1 = gate, w3 = up, w2 = down (the names save_pretrained
+# writes: transformers 5 fuses the experts in memory only)
+PER_LAYER["mixtral"] = [*PER_LAYER["llama"][:3], ("ffn.router", "block_sparse_moe.gate", False)]
+EXPERT = [("gate_proj", "w1"), ("up_proj", "w3"), ("down_proj", "w2")]
+FINAL = {"gpt2": "transformer.ln_f", "llama": "model.norm", "qwen3": "model.norm", "mixtral": "model.norm",
+         "vit": "vit.layernorm"}
 QKV = {"llama": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
        "qwen3": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+       "mixtral": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
        "vit": ("attention.attention.query", "attention.attention.key", "attention.attention.value")}
 # tensors whose shape differs: the layout's is attnlab's with a leading 1 (ViT's (1, T, D) position table)
 BATCHED = {"vit.embeddings.position_embeddings"}
 
 
-def _modules(layout: str, layers: int) -> list[tuple[str, str, bool]]:
-    """(attnlab module, the layout's module, transposed) for every renamed module: the layers', the final norm's
-    and those around the layers."""
-    stack = STACK[layout]
-    return [(f"{stack}.layers.{i}.{ours}", f"{BLOCK[layout]}.{i}.{theirs}", t)
-            for i in range(layers) for ours, theirs, t in PER_LAYER[layout]] + \
-        [(f"{stack}.final_norm", FINAL[layout], False), *AROUND[layout]]
+def _modules(layout: str, layers: int, experts: int = 0) -> list[tuple[str, str, bool]]:
+    """(attnlab module, the layout's module, transposed) for every renamed module: the layers' (a mixture's
+    ``experts`` too), the final norm's and those around the layers."""
+    stack, block = STACK[layout], BLOCK[layout]
+    per_layer = [*PER_LAYER[layout], *((f"ffn.experts.{e}.{ours}", f"block_sparse_moe.experts.{e}.{theirs}", False)
+                                       for e in range(experts) for ours, theirs in EXPERT)]
+    return [(f"{stack}.layers.{i}.{ours}", f"{block}.{i}.{theirs}", t) for i in range(layers)
+            for ours, theirs, t in per_layer] + [(f"{stack}.final_norm", FINAL[layout], False), *AROUND[layout]]
 
 
 def _moved(source: dict, pairs: list[tuple[str, str, bool]]) -> dict:
@@ -228,7 +255,7 @@ def hf_tensors(net: dict, state: dict, layout: str) -> dict:
     """The weights under the layout's names (``state``: the net's own, without the ``net.`` prefix)."""
     s = _sizes(net, state, layout)
     out = {theirs: state[ours][None] if theirs in BATCHED else state[ours] for ours, theirs in WHOLE[layout]}
-    out.update(_moved(state, _modules(layout, s["layers"])))
+    out.update(_moved(state, _modules(layout, s["layers"], s["experts"] if layout == "mixtral" else 0)))
     if layout in QKV:  # q | k | v rows apart (k and v: kv_heads x head_dim rows each)
         for i in range(s["layers"]):
             for suffix in ("weight", "bias"):
@@ -282,6 +309,15 @@ def net_from_hf(config: dict) -> dict:
                 "ffn": _ffn(config.get("activation_function", "gelu_new"), False, int(config.get("n_inner") or 4 * d),
                             d, True),
                 "attn": attn, "pos": {"_target_": LEARNED, "_partial_": True}}
+    if kind == "mixtral":
+        if config.get("sliding_window"):
+            raise ValueError(f"sliding_window={config['sliding_window']}")
+        net = net_from_hf({**config, "model_type": "llama", "mlp_bias": False, "attention_bias": False})
+        net["moe"] = {"_target_": MOE, "_partial_": True, "num_experts": int(config["num_local_experts"]),
+                      "top_k": int(config.get("num_experts_per_tok", 2)),
+                      "aux_loss_coef": float(config.get("router_aux_loss_coef", 0.01)), "z_loss_coef": 0.0,
+                      "balance": "pooled"}  # (Mixtral's loss pools every layer's router logits)
+        return net
     if kind == "qwen3":
         if config.get("use_sliding_window"):
             raise ValueError("use_sliding_window=true")
@@ -331,7 +367,8 @@ def tensors_from_hf(net: dict, theirs: dict, layout: str) -> dict:
 
     layers = int(net["n_layers"])
     out = {ours: theirs[name][0] if name in BATCHED else theirs[name] for ours, name in WHOLE[layout]}
-    out.update(_moved(theirs, [(b, a, t) for a, b, t in _modules(layout, layers)]))
+    experts = int((net.get("moe") or {}).get("num_experts", 0)) if layout == "mixtral" else 0
+    out.update(_moved(theirs, [(b, a, t) for a, b, t in _modules(layout, layers, experts)]))
     if layout in QKV:
         for i in range(layers):
             for suffix in ("weight", "bias"):
