@@ -321,3 +321,27 @@ def test_a_vit_whose_parts_do_not_fit_is_one_line(extra, expected, tmp_path):
     with pytest.raises(OptionError, match=re.escape(expected)):
         write_hf(contents, tmp_path / "hf", "auto")
     assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("layout, parts", [("gpt2", []), ("llama", LAYOUT_PARTS["llama"] + ["attn=gqa"])])
+def test_a_trained_run_exports_through_the_command_and_transformers_computes_the_same(layout, parts, tmp_path,
+                                                                                      cache_dir):
+    """As a user runs it: train.py (debug=fast, a few steps) -> python -m attnlab.export format=hf -> transformers'
+    logits equal attnlab's on the run's own checkpoint."""
+    from cli_checks import TINY
+    from helpers import run_cli
+    from test_export import run_entry
+
+    from attnlab.runs.load import load_task
+
+    run = tmp_path / "run"
+    out = run_cli([*TINY, *parts, f"hydra.run.dir={run}"], cache_dir)
+    assert out.returncode == 0, out.stdout[-3000:]
+    ckpt = run / "checkpoints" / "last.ckpt"
+    out = run_entry(["-m", "attnlab.export", f"ckpt={ckpt}", f"out={tmp_path / 'hf'}", "format=hf"], cache_dir)
+    assert out.returncode == 0 and f"the {layout} layout" in out.stdout, out.stdout[-3000:]
+    task, _ = load_task(ckpt, "attnlab.tasks.causal_lm.CausalLMTask", "language-model")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    ids = torch.randint(0, task.net.embed.num_embeddings, (2, 24), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert (task.net(ids) - hf(ids).logits).abs().max().item() <= 1e-5
