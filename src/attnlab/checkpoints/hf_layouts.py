@@ -84,16 +84,7 @@ def misfits(net: dict, layout: str) -> list[str]:
     if act is None:
         out.append(f"ffn.activation={_target(ffn.get('activation'))}")
     if layout == "gpt2":
-        if layer not in LAYER_NORMS:
-            out.append(f"norm.layer={layer} (GPT-2: LayerNorm)")
-        if gated:
-            out.append("ffn gated (GPT-2: up, activation, down)")
-        if _target(pos) != LEARNED:
-            out.append(f"pos={str(_target(pos)).rsplit('.', 1)[-1]} (GPT-2: learned positions)")
-        if attn.get("kv_heads") not in (None, net.get("n_heads")):
-            out.append(f"attn.kv_heads={attn['kv_heads']} (GPT-2: multi-head only)")
-        if not net.get("bias", True) or not ffn.get("bias", True):
-            out.append("no biases (GPT-2 has them: model.net.bias=true, ffn.bias=true)")
+        out += _original_transformer("GPT-2", net, layer, gated)
     elif layout in ("llama", "qwen3", "mixtral"):
         if layout == "qwen3":  # LLaMA's parts with RMSNorm on q and k, of the same epsilon as every other norm
             eps = (norm.get("layer") or {}).get("eps")
@@ -112,16 +103,23 @@ def misfits(net: dict, layout: str) -> list[str]:
     else:  # vit: ViTForImageClassification
         if net.get("pool") != "cls":
             out.append(f"model.net.pool={net.get('pool')} (ViTForImageClassification reads the class token: pool=cls)")
-        if layer not in LAYER_NORMS:
-            out.append(f"norm.layer={layer} (ViT: LayerNorm)")
-        if gated:
-            out.append("ffn gated (ViT: fc1, activation, fc2)")
-        if _target(pos) != LEARNED:
-            out.append(f"pos={str(_target(pos)).rsplit('.', 1)[-1]} (ViT: learned positions)")
-        if attn.get("kv_heads") not in (None, net.get("n_heads")):
-            out.append(f"attn.kv_heads={attn['kv_heads']} (ViT: multi-head only)")
-        if not net.get("bias", True) or not ffn.get("bias", True):
-            out.append("no biases (ViT has them: model.net.bias=true, ffn.bias=true)")
+        out += _original_transformer("ViT", net, layer, gated)
+    return out
+
+
+def _original_transformer(name: str, net: dict, layer: str | None, gated: bool) -> list[str]:
+    """What GPT-2 and ViT share: LayerNorm, an ungated feed-forward, learned positions, multi-head, biases."""
+    attn, ffn, out = net.get("attn") or {}, net.get("ffn") or {}, []
+    if layer not in LAYER_NORMS:
+        out.append(f"norm.layer={layer} ({name}: LayerNorm)")
+    if gated:
+        out.append(f"ffn gated ({name}: up, activation, down)")
+    if _target(net.get("pos")) != LEARNED:
+        out.append(f"pos={str(_target(net.get('pos'))).rsplit('.', 1)[-1]} ({name}: learned positions)")
+    if attn.get("kv_heads") not in (None, net.get("n_heads")):
+        out.append(f"attn.kv_heads={attn['kv_heads']} ({name}: multi-head only)")
+    if not net.get("bias", True) or not ffn.get("bias", True):
+        out.append(f"no biases ({name} has them: model.net.bias=true, ffn.bias=true)")
     return out
 
 
