@@ -104,16 +104,12 @@ def write_exported(ckpt: dict, out: Path, dtype: str = "fp32") -> list[Path]:
     return _write_folder(out, files)
 
 
-def write_hf(ckpt: dict, out: Path, layout: str = "auto", dtype: str = "fp32") -> tuple[list[Path], str]:
-    """Write a causal language model's or a ViT's checkpoint as a Hugging Face ``transformers`` folder in
-    ``layout`` (``auto``: the first of :data:`~.hf_layouts.LAYOUTS` its parts fit); the files written and the
-    layout. A model whose parts do not fit is one line naming them and the layouts they do fit; nothing is
-    written."""
-    from ..core.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
-    from .hf_layouts import fitting_layouts, hf_config, hf_tensors, layouts_for, misfits
+def hf_layout(net: dict, layout: str = "auto") -> str:
+    """The Hugging Face layout ``net`` (a net config in today's form) is written in: ``layout``, or with ``auto``
+    the first of :data:`~.hf_layouts.LAYOUTS` its parts fit. One line naming the parts that do not fit and the
+    layouts that would (torch-free: the export command asks before it loads the model)."""
+    from .hf_layouts import fitting_layouts, layouts_for, misfits
 
-    st = _safetensors_torch()
-    net = (ckpt.get("hyper_parameters") or {}).get("net") or {}
     kinds = layouts_for(net)
     if not kinds:
         raise OptionError(f"format=hf takes a causal language model (model=causal_lm) or a ViT (model=vit); this is "
@@ -124,12 +120,26 @@ def write_hf(ckpt: dict, out: Path, layout: str = "auto", dtype: str = "fp32") -
             why = "; ".join(f"{name}: {', '.join(misfits(net, name))}" for name in kinds)
             raise OptionError(f"format=hf: this model fits none of the layouts ({why}); format=safetensors takes "
                               f"every model")
-        layout = fits[0]
-    elif layout not in kinds:
+        return fits[0]
+    if layout not in kinds:
         raise OptionError(f"layout={layout} holds another kind of model; this one's: {', '.join(kinds)}")
-    elif problems := misfits(net, layout):
+    if problems := misfits(net, layout):
         raise OptionError(f"layout={layout} does not fit this model: {'; '.join(problems)}; it fits "
                           f"{' and '.join(fits) if fits else 'no Hugging Face layout (format=safetensors does)'}")
+    return layout
+
+
+def write_hf(ckpt: dict, out: Path, layout: str = "auto", dtype: str = "fp32") -> tuple[list[Path], str]:
+    """Write a causal language model's or a ViT's checkpoint as a Hugging Face ``transformers`` folder in
+    ``layout`` (``auto``: the first of :data:`~.hf_layouts.LAYOUTS` its parts fit); the files written and the
+    layout. A model whose parts do not fit is one line naming them and the layouts they do fit; nothing is
+    written."""
+    from ..core.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
+    from .hf_layouts import hf_config, hf_tensors
+
+    st = _safetensors_torch()
+    net = (ckpt.get("hyper_parameters") or {}).get("net") or {}
+    layout = hf_layout(net, layout)
     state = {k.removeprefix("net."): v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}
     ids = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID} if layout != "vit" else {}
     files: dict[str, bytes | str] = {

@@ -16,7 +16,7 @@ import hydra
 from omegaconf import DictConfig
 
 from ..runs import resume  # noqa: F401  (registers the resume_dir resolver that conf/hydra's run dir uses)
-from ..checkpoints.exported import DTYPES, WEIGHTS, write_exported, write_hf
+from ..checkpoints.exported import DTYPES, WEIGHTS, hf_layout, write_exported, write_hf
 from ..checkpoints.hf_layouts import LAYOUTS
 from ..checkpoints.read import checkpoint_file
 from ..core.errors import OutputError, one_line_errors
@@ -47,9 +47,15 @@ def check_options(cfg: DictConfig) -> Path:
 def export(ckpt: str | Path, out: Path, dtype: str = "fp32", format: str = "safetensors",
            layout: str = "auto") -> list[Path]:
     """The model of checkpoint ``ckpt`` written to ``out`` in today's layout; the files written."""
+    from ..checkpoints.read import read_trusted
+    from ..checkpoints.upgrade import upgrade_net_config
     from ..runs.load import load_task
 
-    task, contents = load_task(ckpt, "attnlab.tasks.base.Task", "attnlab")
+    trusted = read_trusted(ckpt)  # the one read
+    if format == "hf":  # a model of no layout, or parts that do not fit: one line before Lightning is imported
+        net = (trusted.hyper_parameters or {}).get("net")
+        hf_layout(upgrade_net_config(net) if isinstance(net, dict) else {}, layout)
+    task, contents = load_task(ckpt, "attnlab.tasks.base.Task", "attnlab", trusted=trusted)
     upgraded = {**contents, "hyper_parameters": dict(task.hparams), "state_dict": task.state_dict()}
     if format == "hf":
         written, chosen = write_hf(upgraded, out, layout, dtype)

@@ -11,7 +11,6 @@ classifier's maps are kept whole (their PNGs draw them so).
 from __future__ import annotations
 
 import base64
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 

@@ -53,7 +53,7 @@ class TransformerNAT(TransformerMT):
     def decode_parallel(self, src: Tensor, src_mask: Tensor, memory: Tensor, lengths: Tensor) -> Tensor:
         """All positions at once: lengths (B,) -> logits (B, max(lengths), V); positions ≥ a row's length are
         padding (masked in self-attention, their logits meaningless)."""
-        B, T = src.shape[0], int(lengths.max())
+        T = int(lengths.max())
         t = torch.arange(T, device=src.device)
         tgt_mask = t[None] < lengths[:, None]  # (B, T)
         src_len = src_mask.sum(1, keepdim=True)  # (B, 1)

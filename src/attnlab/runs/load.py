@@ -73,14 +73,15 @@ def build_task(task_cls: type, ckpt: dict, path: str | Path, device: str = "cpu"
     return task_cls.from_checkpoint(ckpt, path).to(device)
 
 
-def load_task(path: str | Path, expected: type | str, what: str, device: str = "cpu") -> tuple[object, dict]:
+def load_task(path: str | Path, expected: type | str, what: str, device: str = "cpu",
+              trusted: TrustedCheckpoint | None = None) -> tuple[object, dict]:
     """``(task in eval mode, raw checkpoint dict)``; ``expected`` is the task base class this entry point serves
     (or its import path: imported only once the file has been read, so a bad file is refused before Lightning is
     imported, seconds sooner), ``what`` names it in errors ("language-model", "translation").
 
     Nothing named in the file is imported before it is checked (:func:`read_trusted`); a tokenizer the task needs
     must be there and readable; the weights must fit the model. Each refusal is one line naming the file."""
-    trusted = read_trusted(path)
+    trusted = trusted or read_trusted(path)  # (given: the caller's own read of ``path``, not read again)
     ckpt, path = trusted.contents, trusted.path
     task_cls = _task_class(ckpt, path, expected, what)
     model_config(ckpt, path)
