@@ -147,3 +147,37 @@ def test_each_contradiction_is_one_line_before_anything_is_written(case, expecte
     assert out.returncode == 2, out.stdout[-2000:]
     one_error_line(out.stdout, expected)
     assert not (tmp_path / "run").exists()
+
+
+def hub_cache(root: Path, repo: str, folder: Path) -> Path:
+    """A Hugging Face hub cache holding ``folder`` as the snapshot of ``repo`` (the layout huggingface_hub reads:
+    models--org--name/refs/main -> snapshots/<revision>/), so that no test touches the network."""
+    import shutil
+
+    revision = "0" * 40
+    base = root / f"models--{repo.replace('/', '--')}"
+    shutil.copytree(folder, base / "snapshots" / revision)
+    (base / "refs").mkdir()
+    (base / "refs" / "main").write_text(revision)
+    return root
+
+
+def test_a_hub_id_is_read_from_the_local_cache_only(library_vit, tmp_path, cache_dir):
+    """init_from=<org/name>: its snapshot in the local cache (HF_HUB_CACHE) starts the run; one that is not there
+    is one line (nothing is downloaded: HF_HUB_OFFLINE is not even needed)."""
+    from attnlab.checkpoints.exported import read_hf
+
+    env = {"HF_HUB_CACHE": str(hub_cache(tmp_path / "hub", "acme/tiny-vit", library_vit))}
+    run = tmp_path / "run"
+    out = run_cli([*VIT, "init_from=acme/tiny-vit", "trainer.max_steps=1", "model.optimizer.lr=1e-12", "test=false",
+                   f"hydra.run.dir={run}"], cache_dir, env=env)
+    assert out.returncode == 0, out.stdout[-3000:]
+    ours = last_state(run)["state_dict"]
+    _, theirs, _ = read_hf(library_vit)
+    assert all(torch.allclose(ours[f"net.{k}"], v, atol=1e-6) for k, v in theirs.items())
+
+    out = run_cli([*VIT, "init_from=acme/not-there", f"hydra.run.dir={tmp_path / 'none'}"], cache_dir, env=env)
+    assert out.returncode == 2
+    line = one_error_line(out.stdout, "acme/not-there")
+    assert "no snapshot of acme/not-there in the local Hugging Face cache" in line
+    assert "nothing is downloaded" in line and not (tmp_path / "none").exists()

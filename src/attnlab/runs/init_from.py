@@ -1,6 +1,7 @@
 """``init_from=<folder>``: a new run that starts from the weights of a model folder, an attnlab export
 (``attnlab.json``) or one that Hugging Face ``transformers`` wrote (``config.json``: the layouts of
-:mod:`attnlab.checkpoints.hf_layouts`).
+:mod:`attnlab.checkpoints.hf_layouts`). A hub id (``org/name``) names the folder of its snapshot in the local
+Hugging Face cache; nothing is downloaded.
 
 The folder decides the model: its net's parts and sizes replace the model config's before anything is checked
 (:func:`apply`, torch-free, the first step of the plan), so a command-line part or size is refused rather than
@@ -17,6 +18,8 @@ special tokens (a real GPT-2's or LLaMA's).
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +34,37 @@ LM_DATA = "attnlab.data.lm_datamodule.LMDataModule"
 SPECIALS = {"<pad>": 0, "<bos>": 1, "<eos>": 2, "<unk>": 3}  # (attnlab.core.special_tokens, as a tokenizer names them)
 
 
+HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+def resolve(path: str | Path) -> Path:
+    """The folder ``init_from`` names: a path, or a hub id's snapshot in the local Hugging Face cache (where
+    ``HF_HUB_CACHE`` / ``HF_HOME`` put it). One line when a hub id is not there: no download is tried."""
+    folder = Path(path).expanduser()
+    if folder.exists() or not HUB_ID.fullmatch(str(path)):
+        return folder
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+    except ImportError:
+        raise ConfigError(f"init_from={path}: a hub id needs the huggingface_hub package: "
+                          f'pip install -e ".[weights]"') from None
+    # the cache as the environment names it now (huggingface_hub reads it once, when first imported)
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    cache = Path(os.environ.get("HF_HUB_CACHE") or Path(home) / "hub").expanduser()
+    try:
+        return Path(snapshot_download(str(path), local_files_only=True, cache_dir=str(cache)))
+    except LocalEntryNotFoundError:
+        raise ConfigError(f"init_from={path}: no such folder, and no snapshot of {path} in the local Hugging Face "
+                          f"cache ({cache}); nothing is downloaded: fetch it first (hf download {path}) or give its "
+                          f"folder") from None
+
+
 def folder_net(path: str | Path) -> dict:
     """The net config a model folder holds (torch-free: its JSON only); one line for a folder that holds none."""
     from ..checkpoints.hf_layouts import net_from_hf
 
-    folder = Path(path).expanduser()
+    folder = resolve(path)
     where = f"init_from={path}"
     if is_exported(folder):
         try:
@@ -112,7 +141,7 @@ def apply(cfg: DictConfig, overrides: Any) -> None:
             if OmegaConf.select(cfg, "data._target_") != LM_DATA:
                 raise ConfigError(f"init_from={path}: a language model's folder needs text data (data=pydoc, or "
                                   f"data.source=text_file data.path=...)")
-            cfg.data.tokenizer = str(Path(path).expanduser() / TOKENIZER)
+            cfg.data.tokenizer = str(resolve(path) / TOKENIZER)
             cfg.data.vocab_size = int(net["vocab_size"])
         for key, value in net.items():
             if key in GROUPS:
@@ -132,7 +161,7 @@ def load_weights(model: Any, path: str | Path) -> None:
     from ..checkpoints.exported import read_exported, read_hf
     from ..checkpoints.state_fit import check_fits
 
-    folder = Path(path).expanduser()
+    folder = resolve(path)
     if is_exported(folder):
         state = {k.removeprefix("net."): v for k, v in read_exported(folder)["state_dict"].items()
                  if k.startswith("net.")}
