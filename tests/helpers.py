@@ -69,15 +69,23 @@ class Deadline:
 
 
 def run_cli(args: list[str], cache_dir: str | None = None, timeout: int = 300,
-            script: str = "train.py", env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+            script: str = "train.py", env: dict[str, str] | None = None,
+            stdin: str | None = None) -> subprocess.CompletedProcess:
     """Run an entry point from the repository root as a user would; stdout and stderr captured together.
-    ``env``: extra environment variables."""
+    ``script``: a file, or ``-m <module>``; ``env``: extra environment variables; ``stdin``: its input."""
     env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1", **(env or {})}
     env.pop("PYTEST_XDIST_WORKER", None)
     if cache_dir:
         env["ATTNLAB_CACHE"] = cache_dir
-    return run_python([sys.executable, script, *args], cwd=ROOT, env=env, timeout=timeout,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return run_python([sys.executable, *script.split(" ", 1), *args], cwd=ROOT, env=env, timeout=timeout,
+                      input=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def run_entry(args: list[str], cache_dir: str | None = None, stdin: str = "") -> subprocess.CompletedProcess:
+    """:func:`run_cli` of a command line as typed: ``[script, *args]`` or ``["-m", module, *args]``."""
+    if args[0] == "-m":
+        return run_cli(args[2:], cache_dir, script=f"-m {args[1]}", stdin=stdin)
+    return run_cli(args[1:], cache_dir, script=args[0], stdin=stdin)
 
 
 def exactly_equal(a, b) -> bool:

@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from cli_checks import EPOCH, finished_run, one_error_line, snapshot
-from helpers import run_cli
-from preloaded_python import run as run_python
+from helpers import run_cli, run_entry
 
 from attnlab.checkpoints.exported import SETTINGS, TOKENIZER, WEIGHTS
 from attnlab.cli.export import export
@@ -32,18 +31,6 @@ FIXTURES = Path(__file__).parent / "fixtures"
 LEGACY = sorted(FIXTURES.glob("legacy_*.ckpt"))
 ON_DISK = {"fp32": "F32", "bf16": "BF16"}
 TASK = "attnlab.tasks.base.Task"
-
-
-def run_entry(args: list[str], cache_dir: str, stdin: str = ""):
-    """``python <script> ...`` or ``python -m <module> ...`` from the repository root, as a user runs it."""
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "ATTNLAB_CACHE": cache_dir, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    return run_python([sys.executable, *args], cwd=Path(__file__).parents[1], env=env, timeout=300, input=stdin,
-                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def no_unpickling(monkeypatch):

@@ -177,7 +177,7 @@ def test_a_model_whose_parts_do_not_fit_is_one_line_and_nothing_is_written(parts
 
 
 def test_another_family_through_the_command_is_one_line(tmp_path, cache_dir):
-    from test_export import run_entry
+    from helpers import run_entry
 
     out = run_entry(["-m", "attnlab.export", f"ckpt={FIXTURES / 'legacy_tts.ckpt'}", f"out={tmp_path / 'hf'}",
                      "format=hf", f"hydra.run.dir={tmp_path / 'run'}"], cache_dir)
@@ -330,7 +330,7 @@ def test_a_trained_run_exports_through_the_command_and_transformers_computes_the
     logits equal attnlab's on the run's own checkpoint."""
     from cli_checks import TINY
     from helpers import run_cli
-    from test_export import run_entry
+    from helpers import run_entry
 
     from attnlab.runs.load import load_task
 

@@ -253,7 +253,7 @@ def hf_tensors(net: dict, state: dict, layout: str) -> dict:
     """The weights under the layout's names (``state``: the net's own, without the ``net.`` prefix)."""
     s = _sizes(net, state, layout)
     out = {theirs: state[ours][None] if theirs in BATCHED else state[ours] for ours, theirs in WHOLE[layout]}
-    out.update(_moved(state, _modules(layout, s["layers"], s["experts"] if layout == "mixtral" else 0)))
+    out.update(_moved(state, _modules(layout, s["layers"], s["experts"])))  # (experts: only Mixtral's net has them)
     if layout in QKV:  # q | k | v rows apart (k and v: kv_heads x head_dim rows each)
         for i in range(s["layers"]):
             for suffix in ("weight", "bias"):
@@ -365,7 +365,7 @@ def tensors_from_hf(net: dict, theirs: dict, layout: str) -> dict:
 
     layers = int(net["n_layers"])
     out = {ours: theirs[name][0] if name in BATCHED else theirs[name] for ours, name in WHOLE[layout]}
-    experts = int((net.get("moe") or {}).get("num_experts", 0)) if layout == "mixtral" else 0
+    experts = int((net.get("moe") or {}).get("num_experts", 0))  # (only Mixtral's net has them)
     out.update(_moved(theirs, [(b, a, t) for a, b, t in _modules(layout, layers, experts)]))
     if layout in QKV:
         for i in range(layers):

@@ -65,8 +65,7 @@ def build_run(the_plan: Any, stops: StageSignals) -> BuiltRun:
 
         load_weights(model, cfg.init_from)
     if checkpoint is not None and checkpoint.exported:  # (train=false) its weights are tested: Lightning reads no folder
-        model.on_load_checkpoint(checkpoint.contents)
-        model.load_state_dict(checkpoint.contents["state_dict"], strict=True)
+        model.restore(checkpoint.contents, checkpoint.path)
     if checkpoint is not None:
         checkpoint.drop_tensors()  # checked; Lightning restores them from the file itself
     loggers = instantiate_all(cfg.get("logger"))

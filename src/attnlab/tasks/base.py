@@ -128,10 +128,14 @@ class Task(L.LightningModule):
         ``hyper_parameters`` (and ``overrides``; arguments the task no longer takes are dropped, as Lightning does),
         an earlier layout's keys renamed and the tokenizer restored by :meth:`on_load_checkpoint`."""
         task = cls(**cls.arguments_from({**model_config(ckpt, path), **overrides}))
-        task._checkpoint_path = path  # named by on_load_checkpoint's refusals
-        task.on_load_checkpoint(ckpt)  # renames an earlier layout's keys, checks the weights fit, the tokenizer
-        task.load_state_dict(ckpt["state_dict"], strict=True)
+        task.restore(ckpt, path)
         return task
+
+    def restore(self, ckpt: dict, path: str | Path = "the checkpoint") -> None:
+        """This task's weights (and tokenizer) from checkpoint contents read by :func:`read_trusted`, strictly."""
+        self._checkpoint_path = path  # named by on_load_checkpoint's refusals
+        self.on_load_checkpoint(ckpt)  # renames an earlier layout's keys, checks the weights fit, the tokenizer
+        self.load_state_dict(ckpt["state_dict"], strict=True)
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: str | Path, map_location: Any = None, hparams_file: Any = None,
