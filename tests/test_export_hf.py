@@ -345,3 +345,20 @@ def test_a_trained_run_exports_through_the_command_and_transformers_computes_the
     ids = torch.randint(0, task.net.embed.num_embeddings, (2, 24), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         assert (task.net(ids) - hf(ids).logits).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "/tmp/outside.safetensors", "sub/model.safetensors",
+                                   "..", "file:model.safetensors"])
+def test_a_shard_index_naming_a_file_outside_its_folder_is_refused(shard, tmp_path):
+    """model.safetensors.index.json is data: its shard names are plain names inside the folder, nothing else is
+    opened (the outside file here is a genuine shard that would load)."""
+    from attnlab.checkpoints.exported import read_hf
+    from attnlab.core.errors import CheckpointError
+
+    folder = tmp_path / "library"
+    library_model("llama", "gqa", True).save_pretrained(folder)
+    (tmp_path / "outside.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    (folder / "model.safetensors").unlink()
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"lm_head.weight": shard}}))
+    with pytest.raises(CheckpointError, match=re.escape(f"names a shard outside its folder: {shard!r}")):
+        read_hf(folder)

@@ -174,9 +174,11 @@ def read_exported(folder: Path) -> dict:
     if not weights.is_file():
         raise CheckpointError(f"{weights} is missing: the export is incomplete")
     st = _safetensors_torch()
+    from safetensors import SafetensorError
+
     try:
         contents["state_dict"] = st.load_file(str(weights), device="cpu")
-    except Exception as e:  # noqa: BLE001 - safetensors raises its own SafetensorError (and OSError) for a bad file
+    except (SafetensorError, OSError) as e:  # a truncated or lying file: safetensors' own error
         raise CheckpointError(f"{weights} cannot be read (damaged?): {str(e).splitlines()[0]}") from None
     if (folder / TOKENIZER).is_file():
         try:
@@ -191,6 +193,7 @@ def read_hf(folder: Path) -> tuple[dict, dict, str]:
     :func:`write_hf`) as ``(attnlab net config, its weights without the net. prefix, layout)``: ``config.json`` and
     ``model.safetensors`` (or its shards, ``model.safetensors.index.json``). One line for a missing or damaged
     file or an architecture attnlab has no counterpart for."""
+    from ..files.folder_paths import plain_name
     from .hf_layouts import net_from_hf, tensors_from_hf
 
     try:
@@ -206,13 +209,17 @@ def read_hf(folder: Path) -> tuple[dict, dict, str]:
     try:
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() \
             else [WEIGHTS]
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise CheckpointError(f"{index} cannot be read: {e}") from None
+    if outside := [s for s in shards if not plain_name(s)]:  # a file's names stay inside its folder
+        raise CheckpointError(f"{index} names a shard outside its folder: {outside[0]!r}")
     st, theirs = _safetensors_torch(), {}
+    from safetensors import SafetensorError
+
     for shard in shards:
         try:
             theirs.update(st.load_file(str(folder / shard), device="cpu"))
-        except Exception as e:  # noqa: BLE001 - safetensors' own error type (and OSError) for a missing or bad file
+        except (SafetensorError, OSError) as e:
             raise CheckpointError(f"{folder / shard} cannot be read: {str(e).splitlines()[0]}") from None
     try:
         return net, tensors_from_hf(net, theirs, config["model_type"]), config["model_type"]
