@@ -10,6 +10,10 @@ hooks: any Lightning callback hook that runs during fit or test (``on_train_batc
 omitted; never during the sanity check), and two checkpoint-write points: ``after_save`` (the file ``file`` has just
 been written, renamed into place) and ``during_save`` (``file``'s temporary file is half written, then the signal).
 The signal goes to this process: SIGKILL ends it on the spot; SIGTERM and SIGINT reach the run's handlers.
+
+In a sweep, ``"job": n`` fires only in job ``n``; :class:`SweepFault` (a Hydra callback,
+``+hydra.callbacks.fault._target_=fault_injection.SweepFault``) stops the sweep between its jobs: at ``on_job_start``
+or ``on_job_end`` of job ``job``, or at ``on_multirun_end`` (before the summary is written).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from hydra.experimental.callback import Callback as HydraCallback
 
 HOOKS = ("on_train_batch_end", "on_validation_batch_end", "on_validation_end", "on_train_epoch_start",
          "on_train_epoch_end", "on_train_end", "on_test_start", "on_test_batch_end", "on_test_end", "on_fit_end")
@@ -37,6 +42,7 @@ class Fault(L.Callback):
         self.file = spec.get("file", "last.ckpt")
         self.signum = getattr(signal, spec.get("signal", "SIGKILL"))
         self.times = int(spec.get("times", 1))  # the same signal sent again right away (an impatient Ctrl+C)
+        self.job = spec.get("job")
         self.fired = False
         for name in HOOKS:
             setattr(self, name, self._hook_fn(name))
@@ -48,14 +54,12 @@ class Fault(L.Callback):
         return hook
 
     def _due(self, trainer) -> bool:
-        return not self.fired and not trainer.sanity_checking and (self.step is None or trainer.global_step == self.step)
+        return (not self.fired and not trainer.sanity_checking and (self.step is None or trainer.global_step == self.step)
+                and (self.job is None or self.job == _job_num()))
 
     def _fire(self) -> None:
         self.fired = True
-        for _ in range(self.times):
-            os.kill(os.getpid(), self.signum)
-        if self.signum == signal.SIGKILL:
-            time.sleep(60)  # not reached
+        _send(self.signum, self.times)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.hook not in ("after_save", "during_save") or not trainer.is_global_zero:
@@ -77,3 +81,40 @@ class Fault(L.Callback):
                 self._fire()
 
         io_plugin.save_checkpoint = save_checkpoint
+
+
+def _job_num() -> int | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return int(HydraConfig.get().job.num)
+    except (ValueError, TypeError):
+        return None
+
+
+def _send(signum: int, times: int = 1) -> None:
+    for _ in range(times):
+        os.kill(os.getpid(), signum)
+    if signum == signal.SIGKILL:
+        time.sleep(60)  # not reached
+
+
+class SweepFault(HydraCallback):
+    """The sweep-level stop points (module docstring)."""
+
+    def __init__(self) -> None:
+        spec = json.loads(os.environ.get("ATTNLAB_FAULT") or "{}")
+        self.hook, self.job = spec.get("hook"), spec.get("job")
+        self.signum = getattr(signal, spec.get("signal", "SIGKILL"))
+
+    def on_job_start(self, config, **kwargs) -> None:
+        if self.hook == "on_job_start" and self.job == int(config.hydra.job.num):
+            _send(self.signum)
+
+    def on_job_end(self, config, job_return, **kwargs) -> None:
+        if self.hook == "on_job_end" and self.job == int(config.hydra.job.num):
+            _send(self.signum)
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        if self.hook == "on_multirun_end":
+            _send(self.signum)

@@ -77,8 +77,9 @@ SLOW = {
 MODE = {"topk_superseded": "min"}
 
 
-def _run(base: list[str], log_dir: Path, cache_dir: str, fault: dict | None = None, resume: bool = False):
-    env = {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+def _run(base: list[str], log_dir: Path, cache_dir: str, fault: dict | None = None, resume: bool = False,
+         env: dict[str, str] | None = None):
+    env = {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]), **(env or {})}
     if fault:
         env["ATTNLAB_FAULT"] = json.dumps({k: v for k, v in fault.items() if k != "rc"})
     args = [*base, f"paths.log_dir={log_dir}", *(["resume=auto"] if resume else [])]
@@ -137,8 +138,10 @@ def _check_chain(chain: list[dict], mode: str, straight_run: Path, tmp_path: Pat
             status = json.loads((_only_run(log_dir) / "job_status.json").read_text())
             assert status["status"] == "interrupted" and fault["signal"] in status["error"], status
             assert not (_only_run(log_dir) / "metrics.json").exists()
-    r = _run(base, log_dir, cache_dir, resume=True)
+    # the last part with threads=auto and no OMP_NUM_THREADS (the tests set it): it keeps the earlier parts' threads
+    r = _run(base, log_dir, cache_dir, resume=True, env={"OMP_NUM_THREADS": ""})
     assert r.returncode == 0, r.stdout[-3000:]
+    assert "(as the run's earlier part: a resumed run keeps them" in r.stdout
     run = _only_run(log_dir)
 
     want = torch.load(straight_run / "checkpoints" / "last.ckpt", weights_only=True)

@@ -116,15 +116,6 @@ def test_compile_true_trains_and_checkpoints_only_the_net(tmp_path, cache_dir):
     assert state and all(k.startswith("net.") for k in state)  # the compiled wrapper adds no duplicate keys
 
 
-@pytest.mark.slow  # the suite's 10-minute budget
-def test_optuna_search_runs_trials(tmp_path, cache_dir):
-    out = run_cli(["-m", "hparams_search=lm_optuna", "model=causal_lm", "debug=fast", "logger=csv", "hydra.sweeper.n_trials=2",
-                   "hydra.sweeper.sampler.n_startup_trials=1", f"hydra.sweep.dir={tmp_path}/sweep"], cache_dir)
-    assert out.returncode == 0, out.stdout[-3000:]
-    assert "Best value:" in out.stdout
-    assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == ["0", "1"]
-
-
 @pytest.mark.slow
 def test_sweep_of_twelve_block_choices(tmp_path, cache_dir):
     """docs/sweeps_and_ddp.md's sweep: norm × ffn × moe, 12 jobs, each its own W&B offline run with attention maps."""

@@ -63,6 +63,21 @@ def test_what_the_user_sets_wins(setting, env, torch_threads, want, why):
     assert choice.threads == want and why in choice.why
 
 
+@pytest.mark.parametrize("setting,env,torch_threads,previous,want,why", [
+    ("auto", None, None, 2, 2, "as the run's earlier part"),  # resume=: the checkpoint's count, whatever the load
+    ("auto", None, None, 1, 1, "as the run's earlier part"),
+    (3, None, None, 2, 3, "threads=3"),  # what the user sets still wins
+    ("auto", "4", None, 2, 4, "OMP_NUM_THREADS=4"),
+    ("auto", None, 3, 2, 3, "torch.set_num_threads"),
+    ("auto", None, None, None, 1, "load 7.0"),  # a new run (or a checkpoint from before the count was saved)
+    ("auto", None, None, 0, 1, "load 7.0"),
+    ("auto", None, None, True, 1, "load 7.0"),
+])
+def test_a_resumed_run_keeps_its_threads(setting, env, torch_threads, previous, want, why):
+    choice = choose(Machine(2, 7.0, 9), setting, env, torch_threads, previous=previous)
+    assert choice.threads == want and why in choice.why
+
+
 def test_the_bench_names_its_own_option():
     assert "set --threads N to choose" in choose(Machine(2, 3.0, 4), option="--threads N").why
 

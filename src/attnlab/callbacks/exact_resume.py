@@ -38,6 +38,7 @@ class ExactResume(L.Callback):
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         if trainer.state.fn == "fit":
             checkpoint[loop_position.KEY] = loop_position.record(trainer)
+            checkpoint[loop_position.THREADS_KEY] = torch.get_num_threads()
             # so that a run resumed after its training ended still reports them (metrics.json, the sweep's value)
             checkpoint[METRICS_KEY] = {k: float(v) for k, v in trainer.callback_metrics.items()}
             if trainer.world_size > 1:

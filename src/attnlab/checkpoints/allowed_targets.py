@@ -22,7 +22,8 @@ Besides ``_target_``, Lightning's own ``_instantiator`` / ``_class_path`` hyper-
 string holding an interpolation (``${oc.create:...}``) in a plain config (a checkpoint's) is refused too: Hydra's
 ``instantiate`` resolves it, so it could become a ``_target_`` after this check; train.py saves resolved configs,
 so a genuine checkpoint holds none. A saved run config keeps its interpolations; each value is checked as it
-resolves (OmegaConf's own resolvers, Hydra's and attnlab's ``resume_dir``: none imports or runs named code).
+resolves (OmegaConf's own resolvers, Hydra's and attnlab's ``resume_dir`` and
+``resume_sweep_dir``: none imports or runs named code).
 """
 
 from __future__ import annotations

@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 KEY = "loop_position"
+# torch's intra-op threads the run trained with: a resumed part keeps them (the order of a float sum depends on them)
+THREADS_KEY = "torch_threads"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig
 
 from ..runs import ddp, folder as run_folder
 from ..files.log_file import raise_if_failed
@@ -105,12 +105,13 @@ def _main(cfg: DictConfig) -> float | None:
     return value
 
 
-def train_job(cfg: DictConfig, hc) -> float | None:
+def train_job(cfg: DictConfig, hc) -> float | list[float] | None:
     run_dir = Path(hc.runtime.output_dir)
     # (the overrides as Hydra holds them: turned into a list they would resolve ${oc.env:...} before its check)
     the_plan = preflight(cfg, hc.overrides.task, run_dir)
     # after every refusal (torch is imported here), before any thread starts; per DDP rank
-    chosen = threads.apply(the_plan.resolved.get("threads", "auto"), threads.ranks_of(the_plan.resolved["trainer"]))
+    chosen = threads.apply(the_plan.resolved.get("threads", "auto"), threads.ranks_of(the_plan.resolved["trainer"]),
+                           previous=threads_so_far(the_plan))
     if run_folder.launching_process():
         print_plan(the_plan, chosen.line())
     from ..callbacks.stage_signals import StageSignals
@@ -126,15 +127,28 @@ def train_job(cfg: DictConfig, hc) -> float | None:
         _late_stop = stops.received  # a sweep writes this job's status, then stops
     raise_if_failed()  # the run is done and its results written; its log is not complete
     name = cfg.get("optimized_metric")
-    if name and name in metrics:
-        log.info(f"{name} = {metrics[name]:.4f}")
-        return metrics[name]
+    names = [str(n) for n in name] if isinstance(name, (list, ListConfig)) else [name] if name else []
+    if names and all(n in metrics for n in names):
+        log.info(", ".join(f"{n} = {metrics[n]:.4f}" for n in names))
+        return metrics[names[0]] if isinstance(name, str) else [metrics[n] for n in names]
     return None
 
 
+def threads_so_far(the_plan: RunPlan) -> int | None:
+    """resume=: the threads the run trained with so far (its checkpoint records them); None for a new run."""
+    from ..checkpoints.loop_position import THREADS_KEY
+
+    if not the_plan.resuming or the_plan.checkpoint is None:
+        return None
+    return the_plan.checkpoint.contents.get(THREADS_KEY)
+
+
 def main() -> None:
+    from ..runs.sweeper_plugins import register
+
     from .hydra_errors import one_line_hydra_errors
 
+    register()  # the sweepers (an editable install hides them from Hydra's own scan)
     one_line_hydra_errors(_main, lambda: _job_started)
 
 

@@ -19,6 +19,7 @@ bigger disk say, is the user's and is followed):
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -88,3 +89,12 @@ LIGHTNING_CKPT_NAMES = ("last", "best", "hpc")
 def names_a_local_checkpoint(value: Any) -> bool:
     """``ckpt_path`` names a file here to read and check, not a name Lightning resolves itself (``last``, a URL)."""
     return bool(value) and str(value) not in LIGHTNING_CKPT_NAMES and "://" not in str(value)
+
+
+def aside_name(folder: Path) -> Path:
+    """Where a folder moved aside goes: ``<folder>.old-<time>`` (``-1``, ``-2`` ... after a name taken)."""
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    aside, n = folder.with_name(f"{folder.name}.old-{stamp}"), 1
+    while aside.exists():
+        aside, n = folder.with_name(f"{folder.name}.old-{stamp}-{n}"), n + 1
+    return aside

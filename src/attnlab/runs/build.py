@@ -72,6 +72,14 @@ def build_run(the_plan: Any, stops: StageSignals) -> BuiltRun:
     callbacks = drop_callbacks_needing_a_logger(instantiate_all(cfg.get("callbacks")), loggers)
     callbacks = with_run_checkpointing(cfg, callbacks)
     callbacks.append(RunLogCheck())  # a full disk under a log file (train.log, W&B's) stops the run at the next batch
+    trial = cfg.get("trial") or {}
+    metric = cfg.get("optimized_metric")
+    if trial.get("id") is not None and isinstance(metric, str):
+        # a trial of an Optuna search of one objective: report to it each validation, maybe pruned (Optuna keeps
+        # no intermediate values of several objectives)
+        from ..callbacks.optuna_pruning import OptunaPruning
+
+        callbacks.append(OptunaPruning(trial.study, trial.storage, trial.id, metric, pruner=_search_pruner()))
     callbacks.append(stops)
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
@@ -82,6 +90,17 @@ def build_run(the_plan: Any, stops: StageSignals) -> BuiltRun:
     for lg in loggers:
         lg.log_hyperparams(flatten(the_plan.resolved))
     return BuiltRun(datamodule, model, trainer, loggers)
+
+
+def _search_pruner() -> dict | None:
+    """The Optuna search's pruner config (``hydra.sweeper.pruner``), which the trial's job applies itself."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        node = OmegaConf.select(HydraConfig.get(), "sweeper.pruner", default=None)
+    except ValueError:  # not a Hydra job
+        return None
+    return OmegaConf.to_container(node, resolve=True) if node is not None else None
 
 
 def rank_zero() -> bool:

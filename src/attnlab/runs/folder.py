@@ -43,13 +43,15 @@ from typing import TYPE_CHECKING, Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from . import resume
 from ..core.errors import ConfigError, FolderError, UsedFolderError, UserError, one_line_message
-from ..files.folder_paths import check_no_links
+from ..files.folder_paths import aside_name, check_no_links
 from .lock import LOCK_NAME, RunLock
+from .sweep_continue import check_sweep_resume
 
 if TYPE_CHECKING:
     from ..checkpoints.read import TrustedCheckpoint
@@ -207,20 +209,12 @@ def check_unused(folder: Path, config: DictConfig, kind: str = "run") -> bool:
                           f"existing_run=move_aside to move it to {folder}.old-<time> first")
 
 
-def _aside_name(folder: Path) -> Path:
-    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-    aside, n = folder.with_name(f"{folder.name}.old-{stamp}"), 1
-    while aside.exists():
-        aside, n = folder.with_name(f"{folder.name}.old-{stamp}-{n}"), n + 1
-    return aside
-
-
 def _move_aside(folder: Path) -> None:
     """Rename the locked ``folder`` to ``<folder>.old-<time>`` (its lock file goes with it), then lock a new, empty
     ``folder``; said in a warning. Nothing is deleted."""
     folder = folder.absolute()
     what = ", ".join(_contents(folder)[:6])
-    aside = _aside_name(folder)
+    aside = aside_name(folder)
     old = _locks.pop(folder)
     try:
         folder.rename(aside)
@@ -468,15 +462,22 @@ class RunFolderGuard(Callback):
             return
         HydraConfig.instance().set_config(config)
         sweep_dir = Path(os.path.abspath(str(OmegaConf.select(config, "hydra.sweep.dir"))))
-        move = check_unused(sweep_dir, config, kind="sweep")
+        check_sweep_resume(config, sweep_dir)  # resume= names this sweep folder (the sweeper matches its jobs)
+        move = not _resuming(config) and check_unused(sweep_dir, config, kind="sweep")
         claim(sweep_dir)
         if move:
             _move_aside(sweep_dir)
 
     @_never_swallowed
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if launching_process():  # a single run: already claimed in on_run_start; a sweep's job: its own folder
-            claim(Path(config.hydra.runtime.output_dir))
+        if not launching_process():
+            return
+        job_dir = Path(config.hydra.runtime.output_dir)
+        if HydraConfig.get().mode == RunMode.MULTIRUN and _resuming(config):
+            # a continued sweep's job (resume=<its folder>): checked as a single run's resume, before Hydra
+            # overwrites its saved config
+            check_resume(config, job_dir.absolute())
+        claim(job_dir)  # a single run: already claimed in on_run_start; a sweep's job: its own folder
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         release(Path(config.hydra.runtime.output_dir))

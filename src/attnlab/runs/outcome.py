@@ -39,6 +39,10 @@ def job_failed(e: Exception, hc) -> float:
     exit 2 for a bad input, exit 1 for a diverged or unsaved run, the traceback for a bug."""
     job_dir = Path(hc.runtime.output_dir)
     in_sweep = hc.mode == RunMode.MULTIRUN
+    if in_sweep and _pruned(e) is not None:  # an Optuna trial stopped by its study's pruner: an outcome, not an error
+        log.info(f"trial {hc.job.num}: {_pruned(e)}")
+        write_job_status(job_dir, hc.overrides.task, pruned=_pruned(e))
+        return float("nan")
     if isinstance(e, (NonFiniteLossError, CheckpointWriteError)):  # diverged / disk full: last.ckpt is kept
         log.error(str(e))
         if in_sweep:
@@ -63,6 +67,16 @@ def job_failed(e: Exception, hc) -> float:
     log.exception(f"job {hc.job.num} failed: {one_line(e)}", exc_info=e)
     write_job_status(job_dir, hc.overrides.task, error=e)
     return float("nan")
+
+
+def _pruned(e: BaseException | None) -> BaseException | None:
+    """The ``optuna.TrialPruned`` that ended the job (raised in a Lightning hook: maybe wrapped), else None."""
+    optuna = sys.modules.get("optuna")
+    while e is not None and optuna is not None:
+        if isinstance(e, optuna.TrialPruned):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def job_ended(cfg: DictConfig, hc, value: float | None, late_stop: str | None) -> None:

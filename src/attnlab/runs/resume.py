@@ -242,6 +242,8 @@ def resolve_resume_dir(resume, runs_root: str, stamp: str, _root_: DictConfig | 
 
 
 def register_resolvers() -> None:
+    """``resume_dir`` (hydra.run.dir); ``resume_sweep_dir`` (hydra.sweep.dir, resolved by ``-m`` only) is
+    registered by :mod:`attnlab.runs.sweep_continue`, which train.py's run folder guard imports."""
     OmegaConf.register_new_resolver("resume_dir", resolve_resume_dir, replace=True)
 
 

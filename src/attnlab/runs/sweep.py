@@ -20,7 +20,7 @@ from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from ..files.atomic import write_atomic
 from ..core.errors import DiskFullError
@@ -34,7 +34,9 @@ STATUS_FILE = "job_status.json"
 SEED_KEY = "seed"
 BOOKKEEPING = ("hydra", "paths", "logger", "resume", "existing_run", "ckpt_path", "tags", "launcher", "local",
                "task_name", "optimized_metric", "callbacks.rich_progress_bar", "trainer.enable_progress_bar",
-               "threads")
+               "threads", "extend_sweep", "trial")
+# a continued sweep's own overrides (runs/sweep_continue.py): how the job was run, not what it is
+CONTINUATION_KEYS = ("resume", "extend_sweep")
 WANDB_GROUP_MAX = 128  # W&B refuses longer group names
 WANDB_TAG_MAX = 64  # ... and longer tags
 
@@ -44,8 +46,15 @@ def override_key(item: str) -> str:
     return item.split("=", 1)[0].lstrip("+~")
 
 
-def _is_bookkeeping(key: str) -> bool:
-    return key == SEED_KEY or any(key == b or key.startswith((b + ".", b + "/")) for b in BOOKKEEPING)
+def _is_bookkeeping(key: str, seed: bool = True) -> bool:
+    return (seed and key == SEED_KEY) or any(key == b or key.startswith((b + ".", b + "/")) for b in BOOKKEEPING)
+
+
+def job_setting(overrides: Iterable[str]) -> tuple[str, ...]:
+    """What one job trains, seed included: its overrides without run bookkeeping, ``+`` dropped, sorted. Two jobs of
+    one sweep folder with the same setting are the same job (:mod:`attnlab.runs.sweep_continue`)."""
+    items = {override_key(o): o.lstrip("+") for o in overrides}
+    return tuple(items[k] for k in sorted(items) if not _is_bookkeeping(k, seed=False))
 
 
 def setting_overrides(overrides: Iterable[str], as_typed: bool = False) -> list[str]:
@@ -78,15 +87,21 @@ def one_line(error: BaseException) -> str:
 
 
 def write_job_status(job_dir: str | Path, overrides, *, value: Any = None, error: BaseException | None = None,
-                     interrupted: str | None = None) -> None:
+                     interrupted: str | None = None, pruned: BaseException | None = None) -> None:
     """Record how this job ended, in its own directory (read back by :class:`SweepSummary`). ``interrupted``: the
-    signal that stopped it (preemption, Ctrl+C); ``resume=`` continues it and rewrites this file."""
-    if interrupted is not None:
+    signal that stopped it (preemption, Ctrl+C); ``resume=`` continues it and rewrites this file. ``pruned``: the
+    Optuna pruner's stop (its epochs trained and of how many)."""
+    if pruned is not None:
+        status = {"status": "pruned", "error": str(pruned), "epochs": getattr(pruned, "epochs", None),
+                  "max_epochs": getattr(pruned, "max_epochs", None)}
+    elif interrupted is not None:
         status = {"status": "interrupted", "error": f"stopped by {interrupted}; continue with resume={job_dir}"}
     elif error is not None:
         status = {"status": "failed", "error": one_line(error)}
     elif isinstance(value, float) and math.isfinite(value):
         status = {"status": "completed", "value": value}
+    elif isinstance(value, list) and value and all(isinstance(v, float) and math.isfinite(v) for v in value):
+        status = {"status": "completed", "value": value}  # a multi-objective search's metrics
     else:
         status = {"status": "completed, no finite metric", "value": value}
     status.update(job=Path(job_dir).name, overrides=list(overrides or []))
@@ -125,23 +140,35 @@ class SweepSummary(Callback):
 def write_summary(sweep_dir: Path, metric: str | None, stopped_by: str | None = None) -> int:
     """Print and save ``<sweep dir>/sweep_summary.md`` from the jobs' ``job_status.json``; returns how many failed.
     ``stopped_by``: the signal that stopped the sweep before its end (the jobs not listed were not started)."""
-    files = sorted(sweep_dir.glob(f"*/{STATUS_FILE}"), key=lambda p: (len(p.parent.name), p.parent.name))
+    # the numbered job folders only: a job run anew was moved aside to <n>.old-<time> with its status
+    files = sorted((p for p in sweep_dir.glob(f"*/{STATUS_FILE}") if p.parent.name.isdigit()),
+                   key=lambda p: int(p.parent.name))
     rows = [json.loads(f.read_text()) for f in files]
     if not rows:
         return 0
+    if isinstance(metric, (list, tuple)) or OmegaConf.is_list(metric):  # a multi-objective search
+        metric = ", ".join(str(m) for m in metric)
     lines = [f"| job | overrides | status | {metric or 'metric'} / error |", "|---|---|---|---|"]
     for r in rows:
         value = r.get("value")
-        detail = r.get("error") or (f"{value:.4f}" if isinstance(value, float) else value)
-        lines.append(f"| {r['job']} | {' '.join(r['overrides'])} | {r['status']} | {detail} |")
-    count = {status: sum(r["status"].startswith(status) for r in rows) for status in ("completed", "interrupted", "failed")}
+        detail = r.get("error") or (f"{value:.4f}" if isinstance(value, float) else
+                                    ", ".join(f"{v:.4f}" for v in value) if isinstance(value, list) else value)
+        overrides = [o for o in r["overrides"] if override_key(o).split(".")[0] not in (*CONTINUATION_KEYS, "trial")]
+        lines.append(f"| {r['job']} | {' '.join(overrides)} | {r['status']} | {detail} |")
+    count = {status: sum(r["status"].startswith(status) for r in rows)
+             for status in ("completed", "interrupted", "failed", "pruned")}
     if stopped_by:
         head = (f"Sweep stopped by {stopped_by} after {len(rows)} job(s): {count['completed']} completed, "
                 f"{count['interrupted']} interrupted (resume= continues each), {count['failed']} failed; the jobs "
                 f"after job {rows[-1]['job']} were not started")
     else:
-        head = f"Sweep finished: {len(rows) - count['failed']} of {len(rows)} jobs completed, {count['failed']} failed"
+        pruned = f", {count['pruned']} pruned" if count["pruned"] else ""
+        head = (f"Sweep finished: {len(rows) - count['failed'] - count['pruned']} of {len(rows)} jobs completed"
+                f"{pruned}, {count['failed']} failed")
     text = head + "\n\n" + "\n".join(lines) + "\n"
+    study = sweep_dir / "optuna_study.md"  # an Optuna search's trials, best or Pareto front, what pruning saved
+    if study.is_file():
+        text += "\n" + study.read_text(encoding="utf-8")
     write_atomic(sweep_dir / "sweep_summary.md", text, durable=False)
     log.info(f"{text}(saved to {sweep_dir / 'sweep_summary.md'})")
     for r in rows:

@@ -63,7 +63,7 @@ def busy_cores(machine: Machine) -> int:
 
 
 def choose(machine: Machine, setting: int | str = "auto", env: str | None = None, torch_threads: int | None = None,
-           ranks: int = 1, option: str = "threads=N") -> Choice:
+           ranks: int = 1, option: str = "threads=N", previous: int | None = None) -> Choice:
     """Intra-op threads per process, and why.
 
     Args:
@@ -72,6 +72,8 @@ def choose(machine: Machine, setting: int | str = "auto", env: str | None = None
         torch_threads: ``torch.get_num_threads()`` when this process already set it itself (None: it did not).
         ranks: processes training on this machine (DDP ranks): each gets its share of the free cores.
         option: how the user sets it, for the line (``threads=N``; the bench's ``--threads N``).
+        previous: the threads a resumed run trained with so far (its checkpoint's): kept, so that the resumed run
+            sums its floats in the same order as the run straight would (resume is exact).
     """
     if setting != "auto":
         return Choice(int(setting), f"threads={setting}")
@@ -79,6 +81,9 @@ def choose(machine: Machine, setting: int | str = "auto", env: str | None = None
         return Choice(int(env), f"{ENV}={env.strip()}; {option} overrides it")
     if torch_threads is not None:
         return Choice(torch_threads, f"torch.set_num_threads before the run; {option} overrides it")
+    if isinstance(previous, int) and not isinstance(previous, bool) and previous >= 1:
+        return Choice(previous, f"as the run's earlier part: a resumed run keeps them, so that it continues exactly; "
+                                f"set {option} to choose")
     busy = busy_cores(machine)
     share = max(1, (machine.cores - busy) // max(1, ranks))
     others = (machine.running or 1) - 1
@@ -148,13 +153,14 @@ def ranks_of(trainer_cfg) -> int:
     return 1
 
 
-def apply(setting: int | str = "auto", ranks: int = 1) -> Choice:
+def apply(setting: int | str = "auto", ranks: int = 1, previous: int | None = None) -> Choice:
     """Choose (:func:`choose`) and set the threads of this process and of the processes it starts (DDP ranks
     read ``OMP_NUM_THREADS``; so does Lightning, which would otherwise give each rank cores / ranks)."""
     global _applied
     machine = read_machine()
     env = _STARTED_WITH
-    choice = choose(machine, setting, env, None if env is not None else _set_by_torch_user(machine.cores), ranks)
+    choice = choose(machine, setting, env, None if env is not None else _set_by_torch_user(machine.cores), ranks,
+                    previous=previous)
     os.environ[ENV] = str(choice.threads)
     import torch
 

@@ -100,6 +100,16 @@ def seed(v: Any) -> str | None:
 _WANDB_PROJECT_BAD = set('/\\#?%:')
 
 
+def metric_names(v: Any) -> str | None:
+    """``optimized_metric``: a metric's name, a list of them (a multi-objective search), or null."""
+    one = name_check(256, nullable=True)
+    if isinstance(v, (list, tuple)):
+        if not v:
+            return "must name a metric, or list one or more (a multi-objective search)"
+        return next((f"{problem} (each listed metric)" for m in v if (problem := one(m))), None)
+    return one(v)
+
+
 def name_check(max_len: int, *, folder: bool = False, bad_chars: set[str] = frozenset(), nullable: bool = False,
                quote_hint: str = "") -> Check:
     """Text that becomes a folder name (``folder``: no ``/``, not ``.``/``..``) or a W&B field: a string (``nan``,
@@ -161,7 +171,8 @@ RULES: list[tuple[str, Check]] = [
     ("ckpt_path", optional_path),
     ("resume", optional_path),
     ("init_from", optional_path),
-    ("optimized_metric", name_check(256, nullable=True)),
+    ("optimized_metric", metric_names),
+    ("extend_sweep", boolean),
     *((f"paths.{k}", path_text) for k in ("root_dir", "cache_dir", "log_dir", "output_dir")),
     ("logger.wandb.project", name_check(128, bad_chars=_WANDB_PROJECT_BAD, quote_hint="logger.wandb.project="
                                         "\"'1'\"")),
@@ -296,7 +307,7 @@ OPTIMIZATION_GROUPS = {"optim": "model.optimizer", "sched": "model.scheduler"}
 
 # the top-level keys of conf/train.yaml the rules read (the groups are read whole)
 TOP_KEYS = ("seed", "task_name", "experiment_name", "tags", "train", "test", "compile", "threads", "ckpt_path",
-            "resume", "init_from", "optimized_metric")
+            "resume", "init_from", "optimized_metric", "extend_sweep")
 
 _COMPILED = [(key_pattern(glob), check) for glob, check in RULES]
 

@@ -1,0 +1,16 @@
+"""Register attnlab's Hydra sweepers (:mod:`hydra_plugins.attnlab`) with Hydra, for an install whose import hook
+hides them from Hydra's scan of ``hydra_plugins`` (``pip install -e``)."""
+
+from __future__ import annotations
+
+
+def register() -> None:
+    from hydra.core.plugins import Plugins
+
+    # Hydra's scan first: it executes again every plugin module already imported (Hydra's basic sweeper among them),
+    # which would leave a class imported before it with a base class that is no longer Hydra's
+    plugins = Plugins.instance()
+    from hydra_plugins.attnlab import ContinuableSweeper, OptunaSweeper
+
+    for sweeper in (ContinuableSweeper, OptunaSweeper):
+        plugins.register(sweeper)
