@@ -444,10 +444,25 @@ def _resuming(config: DictConfig) -> bool:
     return config.get("resume") not in (None, False, "", "null", "false")
 
 
+def _not_the_run_writer(config: DictConfig) -> None:
+    """A process of another rank started by an outside launcher (torchrun on each node, SLURM) into the run folder
+    rank 0 writes: it writes no ``.hydra/`` of its own and logs to ``rank<N>.log``, not into ``train.log`` (the DDP
+    ranks Lightning starts are given the same by :func:`attnlab.runs.ddp.hydra_child_command`)."""
+    from omegaconf import open_dict, read_write
+
+    rank = next((os.environ[k] for k in ("RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK") if k in os.environ), None)
+    if rank is None or OmegaConf.select(config, "hydra.job.name") != "train":
+        return  # a DDP child of Lightning's (named ddp_rank<N> already), or no outside launcher
+    with read_write(config.hydra), open_dict(config.hydra):
+        config.hydra.output_subdir = None
+        config.hydra.job.name = f"rank{rank}"
+
+
 class RunFolderGuard(Callback):
     @_never_swallowed
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not launching_process():
+            _not_the_run_writer(config)
             return
         run_dir = _run_dir(config)
         check_resume(config, run_dir)
