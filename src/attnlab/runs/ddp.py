@@ -45,6 +45,23 @@ def hydra_child_command(local_rank: int) -> tuple[Sequence[str], str]:
     return command, get_original_cwd()
 
 
+def check_world_size(trainer: dict) -> None:
+    """Under torchrun: ``trainer.num_nodes × trainer.devices`` must be the processes torchrun started (its
+    ``WORLD_SIZE``), else ConfigError, one line, on every rank; Lightning's own check is a traceback."""
+    from ..core.errors import ConfigError
+
+    world = os.environ.get("WORLD_SIZE")
+    if "TORCHELASTIC_RUN_ID" not in os.environ or world is None or not world.isdigit():
+        return
+    nodes, devices = trainer.get("num_nodes", 1), trainer.get("devices", 1)
+    if isinstance(devices, (list, tuple)):
+        devices = len(devices)
+    if not (isinstance(nodes, int) and isinstance(devices, int)) or nodes * devices == int(world):
+        return
+    raise ConfigError(f"trainer.num_nodes={nodes} × trainer.devices={devices} = {nodes * devices} processes, but "
+                      f"torchrun started {world} (WORLD_SIZE: --nnodes × --nproc-per-node); make them agree")
+
+
 def install() -> None:
     """Point Lightning's subprocess launcher at :func:`hydra_child_command` (idempotent)."""
     from lightning.fabric.strategies.launchers import subprocess_script as fabric_launcher

@@ -86,6 +86,9 @@ def preflight(cfg: DictConfig, overrides: Sequence[str], run_dir: Path) -> RunPl
     # bad values (n_heads=0, seed=-1, task_name=nan, an unset ${oc.env:...}, +attn.foo=1, a model too big to fit):
     # one line naming the key, before anything is built or torch imported
     resolved = validate_config(cfg, overrides, memory=False)
+    from .ddp import check_world_size
+
+    check_world_size(resolved["trainer"])  # torchrun's processes against trainer.num_nodes × devices
     check_block_groups(cfg, overrides, resolved["model"].get("net"))
     from .data_check import check_data
 
