@@ -193,8 +193,7 @@ class OptunaSweeper:
     def _rerun(sweep_dir: Path, trial) -> str:
         state = cont.job_state(sweep_dir / str(trial.number))
         if state == "restart":
-            aside = cont.move_aside(sweep_dir / str(trial.number))
-            log.info(f"trial {trial.number} stopped before its first checkpoint: run anew, its folder moved to {aside}")
+            cont.move_aside(sweep_dir / str(trial.number))
             return "new"
         return state  # "finished" (killed before its result was told), "resume", or "new"
 

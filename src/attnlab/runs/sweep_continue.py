@@ -36,6 +36,8 @@ from ..files.folder_paths import aside_name
 from .resume import has_checkpoint
 from .sweep import CONTINUATION_KEYS as OWN_KEYS, STATUS_FILE, job_setting, override_key
 
+log = logging.getLogger(__name__)
+
 PLAN_FILE = "sweep_plan.json"
 MULTIRUN_FILE = "multirun.yaml"  # Hydra's record of the sweep's command (every sweeper writes it)
 FINISHED = ("completed", "failed")  # job_status.json's statuses of a job that is not run again
@@ -185,6 +187,7 @@ def move_aside(job_dir: Path) -> Path:
     """A job stopped before its first checkpoint is run anew: what its folder holds goes to ``<n>.old-<time>``."""
     aside = aside_name(job_dir)
     job_dir.rename(aside)
+    log.info(f"job {job_dir.name} stopped before its first checkpoint: run anew, its folder moved to {aside}")
     return aside
 
 

@@ -45,8 +45,7 @@ class ContinuableSweeper(BasicSweeper):
             _say_plan(jobs, sweep_dir)
         for job in jobs:
             if job.action == "restart":
-                aside = cont.move_aside(sweep_dir / str(job.num))
-                log.info(f"job {job.num} stopped before its first checkpoint: run anew, its folder moved to {aside}")
+                cont.move_aside(sweep_dir / str(job.num))
         todo = [j for j in jobs if j.action != "finished"]
         returns = []
         for batch in _batches(todo, self.max_batch_size):
