@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig
 
 from ..runs import ddp, folder as run_folder
@@ -109,6 +110,7 @@ def train_job(cfg: DictConfig, hc) -> float | list[float] | None:
     run_dir = Path(hc.runtime.output_dir)
     # (the overrides as Hydra holds them: turned into a list they would resolve ${oc.env:...} before its check)
     the_plan = preflight(cfg, hc.overrides.task, run_dir)
+    ddp.meet_the_other_ranks(str(hc.job.num) if hc.mode == RunMode.MULTIRUN else "run")  # torchrun: bounded wait
     # after every refusal (torch is imported here), before any thread starts; per DDP rank
     chosen = threads.apply(the_plan.resolved.get("threads", "auto"), threads.ranks_of(the_plan.resolved["trainer"]),
                            previous=threads_so_far(the_plan))

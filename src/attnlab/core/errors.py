@@ -175,6 +175,11 @@ class CheckpointWriteError(RuntimeError):
     exit 1. Raised by :class:`attnlab.files.checkpoint_io.AtomicCheckpointIO`."""
 
 
+class PeerError(RuntimeError):
+    """Another process of a distributed run never arrived or is gone (its node lost, refused, crashed). One line
+    naming it, exit 1, on every rank that is left. Raised by :mod:`attnlab.runs.ddp`."""
+
+
 def find_user_error(error: BaseException | None) -> UserError | None:
     """The first UserError in ``error``'s chain of explicit causes (itself included), or None."""
     seen: set[int] = set()

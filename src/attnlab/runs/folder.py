@@ -34,6 +34,7 @@ import atexit
 import functools
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -48,6 +49,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from . import resume
+from .ddp import launching_process, outside_rank
 from ..core.errors import ConfigError, FolderError, UsedFolderError, UserError, one_line_message
 from ..files.folder_paths import aside_name, check_no_links
 from .lock import LOCK_NAME, RunLock
@@ -82,15 +84,6 @@ def checked_checkpoint(run_dir: str | Path) -> TrustedCheckpoint | None:
 def previous_config(run_dir: str | Path) -> DictConfig | None:
     """The resumed run's ``.hydra/config.yaml`` as it was before Hydra overwrote it with this run's."""
     return _previous_configs.get(Path(run_dir).absolute())
-
-
-def launching_process() -> bool:
-    """Rank 0, read from the environment the way Lightning's ``rank_zero_only`` reads it (without importing
-    Lightning, which a refused command line should not pay for): torchrun/Lightning, SLURM, LSF."""
-    for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
-        if key in os.environ:
-            return int(os.environ[key]) == 0
-    return True
 
 
 def _refuse(error: UserError) -> None:
@@ -163,7 +156,7 @@ def _contents(folder: Path) -> list[str]:
     order = {name: i for i, name in enumerate(_TELLING)}
     out = []
     for e in sorted(folder.iterdir(), key=lambda e: (order.get(e.name, len(order)), e.name)):
-        if e.name == LOCK_NAME:
+        if e.name == LOCK_NAME or _other_nodes_log(e):
             continue
         if e.is_dir() and not e.is_symlink():
             inner = sorted(p.name for p in e.iterdir())
@@ -172,6 +165,17 @@ def _contents(folder: Path) -> list[str]:
         else:
             out.append(e.name)
     return out
+
+
+def _other_nodes_log(entry: Path) -> bool:
+    """Under an outside launcher (torchrun on each node), the other nodes' processes of this run or sweep log into
+    its folder (``rank<N>.log``, a sweep's ``<job>/rank<N>.log``) as soon as they start, maybe before rank 0 checks
+    the folder: not an earlier run's files (a node that started first made rank 0 refuse, and the others wait)."""
+    if outside_rank() is None:
+        return False
+    if entry.is_dir() and not entry.is_symlink() and entry.name.isdigit():
+        return all(_other_nodes_log(e) for e in entry.iterdir())
+    return entry.is_file() and re.fullmatch(r"rank\d+\.log", entry.name) is not None
 
 
 # what names a run best, first in the message
@@ -447,15 +451,24 @@ def _resuming(config: DictConfig) -> bool:
 def _not_the_run_writer(config: DictConfig) -> None:
     """A process of another rank started by an outside launcher (torchrun on each node, SLURM) into the run folder
     rank 0 writes: it writes no ``.hydra/`` of its own and logs to ``rank<N>.log``, not into ``train.log`` (the DDP
-    ranks Lightning starts are given the same by :func:`attnlab.runs.ddp.hydra_child_command`)."""
+    ranks Lightning starts are given the same by :func:`attnlab.runs.ddp.hydra_child_command`; a sweep's jobs by
+    :func:`other_rank_job_overrides`)."""
     from omegaconf import open_dict, read_write
 
-    rank = next((os.environ[k] for k in ("RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK") if k in os.environ), None)
+    rank = outside_rank()
     if rank is None or OmegaConf.select(config, "hydra.job.name") != "train":
         return  # a DDP child of Lightning's (named ddp_rank<N> already), or no outside launcher
     with read_write(config.hydra), open_dict(config.hydra):
         config.hydra.output_subdir = None
         config.hydra.job.name = f"rank{rank}"
+
+
+def other_rank_job_overrides() -> list[str]:
+    """What :func:`_not_the_run_writer` does to a single run, as overrides for each job of a sweep that every node
+    runs (torchrun ... train.py -m): a job's config is composed anew from its overrides. Empty on rank 0."""
+    if launching_process() or (rank := outside_rank()) is None:
+        return []
+    return ["hydra.output_subdir=null", f"hydra.job.name=rank{rank}"]
 
 
 class RunFolderGuard(Callback):

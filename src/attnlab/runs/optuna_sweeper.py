@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -67,8 +68,9 @@ class OptunaSweeper:
         try:
             return self._sweep(arguments)
         except UserError as e:
-            from .folder import _refuse
+            from .folder import _refuse, discard_if_unused
 
+            discard_if_unused(Path(str(self.config.hydra.sweep.dir)))  # a refused sweep leaves no folder
             _refuse(e)
 
     def _sweep(self, arguments: list[str]) -> Any:
@@ -76,6 +78,10 @@ class OptunaSweeper:
         from optuna.trial import TrialState
 
         assert self.config is not None and self.launcher is not None
+        if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 and "TORCHELASTIC_RUN_ID" in os.environ:
+            # every node would ask the study for trials of its own (the basic sweep's nodes follow one plan)
+            raise ConfigError("an Optuna search runs on one node (a trial may use all of its devices): start it "
+                              "without torchrun")
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
         resume = self.config.get("resume")
         continuing = not cont.not_resuming(resume)

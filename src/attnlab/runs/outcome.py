@@ -4,6 +4,7 @@ lines, the exit status, and a sweep stopped with its summary written.
 - a refusal (a bad value, file or checkpoint; a full disk under a writer not ours): one line, exit 2, no folder left
   (the traceback too under ``HYDRA_FULL_ERROR=1``);
 - a diverged loss or a checkpoint that could not be written: one line, exit 1, ``last.ckpt`` kept;
+- a process of a distributed run gone (its node lost): one line, exit 1, a sweep ends (its next job would wait);
 - a stop signal (preemption, Ctrl+C): marked interrupted, exit 0 (a scheduler's requeue) or 130 (Ctrl+C);
 - a bug: its traceback, exit 1.
 In a sweep each job's outcome is recorded in its ``job_status.json`` and the sweep goes on (a stop signal ends it).
@@ -22,7 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from . import folder as run_folder
+from . import ddp, folder as run_folder
 from ..files.atomic import disk_full, write_atomic
 from ..core.errors import CheckpointWriteError, NonFiniteLossError, find_user_error, one_line_message
 from ..core.quoting import shell_override
@@ -61,6 +62,13 @@ def job_failed(e: Exception, hc) -> float:
             return float("nan")
         run_folder.discard_if_unused(job_dir)  # a refused run leaves no folder behind (never an earlier run's)
         sys.exit(user_error.exit_code)
+    if (line := ddp.peer_lost(e)) is not None:  # the run (and a sweep: its next job would wait) cannot go on
+        again = Path(hc.sweep.dir) if in_sweep else job_dir  # (a sweep is continued as a whole)
+        resumable = (job_dir / "checkpoints" / "last.ckpt").is_file()
+        log.error(line + (f"; {shell_override('resume', again)} continues from last.ckpt" if resumable else ""))
+        if in_sweep:
+            write_job_status(job_dir, hc.overrides.task, error=e)
+        sys.exit(1)
     if not in_sweep:
         raise e
     # One failing job (a diverging lr, a bad option) must not end the sweep: log it, record it, go on.

@@ -90,7 +90,12 @@ def write_job_status(job_dir: str | Path, overrides, *, value: Any = None, error
                      interrupted: str | None = None, pruned: BaseException | None = None) -> None:
     """Record how this job ended, in its own directory (read back by :class:`SweepSummary`). ``interrupted``: the
     signal that stopped it (preemption, Ctrl+C); ``resume=`` continues it and rewrites this file. ``pruned``: the
-    Optuna pruner's stop (its epochs trained and of how many)."""
+    Optuna pruner's stop (its epochs trained and of how many). Only rank 0 writes (another node's process of the
+    same job: nothing)."""
+    from .ddp import launching_process
+
+    if not launching_process():
+        return
     if pruned is not None:
         status = {"status": "pruned", "error": str(pruned), "epochs": getattr(pruned, "epochs", None),
                   "max_epochs": getattr(pruned, "max_epochs", None)}
@@ -119,9 +124,11 @@ class SweepSummary(Callback):
         self.fail_exit_code = fail_exit_code
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        from .ddp import launching_process
+
         job_dir = Path(config.hydra.runtime.output_dir)
-        if os.environ.get("LOCAL_RANK", "0") != "0" or job_dir.resolve() in _written_here:
-            return  # DDP ranks > 0 re-run the same job in the same directory; train.py already wrote it
+        if not launching_process() or job_dir.resolve() in _written_here:
+            return  # DDP ranks > 0 (Lightning's, or other nodes') run the same job in its folder; train.py wrote it
         try:
             if job_return.status == JobStatus.COMPLETED:
                 write_job_status(job_dir, job_return.overrides, value=job_return._return_value)
@@ -132,6 +139,10 @@ class SweepSummary(Callback):
             sys.exit(e.exit_code)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from .ddp import launching_process
+
+        if not launching_process():
+            return  # another node running the same sweep: rank 0's node writes its summary
         failed = write_summary(Path(config.hydra.sweep.dir), config.get("optimized_metric"))
         if failed and self.fail_exit_code:
             sys.exit(self.fail_exit_code)

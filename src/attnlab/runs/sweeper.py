@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from ..core.errors import UserError
 from . import sweep_continue as cont
+from .folder import other_rank_job_overrides
 
 log = logging.getLogger(__name__)
 
@@ -34,22 +35,28 @@ class ContinuableSweeper(BasicSweeper):
             recorded = {} if cont.not_resuming(resume) else cont.recorded_jobs(sweep_dir)
             jobs = cont.plan_jobs(sweep_dir, all_jobs, resume, bool(self.config.get("extend_sweep")))
         except UserError as e:
-            from .folder import _refuse
+            from .folder import _refuse, discard_if_unused
 
+            discard_if_unused(Path(str(self.config.hydra.sweep.dir)))  # a refused sweep leaves no folder
             _refuse(e)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / cont.MULTIRUN_FILE)
-        cont.write_plan(sweep_dir, jobs, recorded)
         continuing = not cont.not_resuming(resume)
-        if continuing:
-            _say_plan(jobs, sweep_dir)
-        for job in jobs:
-            if job.action == "restart":
-                cont.move_aside(sweep_dir / str(job.num))
+        # every node runs the sweep (torchrun ... train.py -m): rank 0's node writes it, the others follow its plan
+        # (read from the same folder: they move nothing aside, and a job rank 0 runs anew is one they run anew)
+        other_rank = other_rank_job_overrides()
+        if not other_rank:
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(self.config, sweep_dir / cont.MULTIRUN_FILE)
+            cont.write_plan(sweep_dir, jobs, recorded)
+            if continuing:
+                _say_plan(jobs, sweep_dir)
+            for job in jobs:
+                if job.action == "restart":
+                    cont.move_aside(sweep_dir / str(job.num))
         todo = [j for j in jobs if j.action != "finished"]
         returns = []
         for batch in _batches(todo, self.max_batch_size):
-            overrides = [cont.launch_overrides(j, sweep_dir) if continuing else list(j.overrides) for j in batch]
+            overrides = [[*(cont.launch_overrides(j, sweep_dir) if continuing else j.overrides), *other_rank]
+                         for j in batch]
             self.validate_batch_is_legal(overrides)
             results = self.launcher.launch(overrides, initial_job_idx=batch[0].num)
             for r in results:
