@@ -11,7 +11,9 @@ omitted; never during the sanity check), and two checkpoint-write points: ``afte
 been written, renamed into place) and ``during_save`` (``file``'s temporary file is half written, then the signal).
 The signal goes to this process: SIGKILL ends it on the spot; SIGTERM and SIGINT reach the run's handlers.
 
-In a sweep, ``"job": n`` fires only in job ``n``; :class:`SweepFault` (a Hydra callback,
+In a sweep, ``"job": n`` fires only in job ``n``, and the variable may hold a list of points, one per job;
+``"marker": <file>`` fires only if that file does not exist yet, and makes it (a job that is requeued runs again,
+its hooks too, and must not be stopped again); :class:`SweepFault` (a Hydra callback,
 ``+hydra.callbacks.fault._target_=fault_injection.SweepFault``) stops the sweep between its jobs: at ``on_job_start``
 or ``on_job_end`` of job ``job``, or at ``on_multirun_end`` (before the summary is written).
 """
@@ -36,13 +38,14 @@ HOOKS = ("on_train_batch_end", "on_validation_batch_end", "on_validation_end", "
 class Fault(L.Callback):
     def __init__(self) -> None:
         super().__init__()
-        spec = json.loads(os.environ.get("ATTNLAB_FAULT") or "{}")
+        spec = _spec(_job_num())
         self.hook = spec.get("hook")
         self.step = spec.get("step")
         self.file = spec.get("file", "last.ckpt")
         self.signum = getattr(signal, spec.get("signal", "SIGKILL"))
         self.times = int(spec.get("times", 1))  # the same signal sent again right away (an impatient Ctrl+C)
         self.job = spec.get("job")
+        self.marker = spec.get("marker")
         self.fired = False
         for name in HOOKS:
             setattr(self, name, self._hook_fn(name))
@@ -59,7 +62,8 @@ class Fault(L.Callback):
 
     def _fire(self) -> None:
         self.fired = True
-        _send(self.signum, self.times)
+        if _first_time(self.marker):
+            _send(self.signum, self.times)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.hook not in ("after_save", "during_save") or not trainer.is_global_zero:
@@ -92,6 +96,24 @@ def _job_num() -> int | None:
         return None
 
 
+def _spec(job: int | None) -> dict:
+    """The point for this job: ATTNLAB_FAULT's object, or the one for ``job`` in its list."""
+    spec = json.loads(os.environ.get("ATTNLAB_FAULT") or "{}")
+    if isinstance(spec, list):
+        return next((s for s in spec if s.get("job") == job), {})
+    return spec
+
+
+def _first_time(marker: str | None) -> bool:
+    if marker is None:
+        return True
+    try:
+        Path(marker).touch(exist_ok=False)
+    except FileExistsError:
+        return False
+    return True
+
+
 def _send(signum: int, times: int = 1) -> None:
     for _ in range(times):
         os.kill(os.getpid(), signum)
@@ -102,19 +124,16 @@ def _send(signum: int, times: int = 1) -> None:
 class SweepFault(HydraCallback):
     """The sweep-level stop points (module docstring)."""
 
-    def __init__(self) -> None:
-        spec = json.loads(os.environ.get("ATTNLAB_FAULT") or "{}")
-        self.hook, self.job = spec.get("hook"), spec.get("job")
-        self.signum = getattr(signal, spec.get("signal", "SIGKILL"))
+    def _at(self, hook: str, job: int | None) -> None:
+        spec = _spec(job)
+        if spec.get("hook") == hook and spec.get("job") == job and _first_time(spec.get("marker")):
+            _send(getattr(signal, spec.get("signal", "SIGKILL")))
 
     def on_job_start(self, config, **kwargs) -> None:
-        if self.hook == "on_job_start" and self.job == int(config.hydra.job.num):
-            _send(self.signum)
+        self._at("on_job_start", int(config.hydra.job.num))
 
     def on_job_end(self, config, job_return, **kwargs) -> None:
-        if self.hook == "on_job_end" and self.job == int(config.hydra.job.num):
-            _send(self.signum)
+        self._at("on_job_end", int(config.hydra.job.num))
 
     def on_multirun_end(self, config, **kwargs) -> None:
-        if self.hook == "on_multirun_end":
-            _send(self.signum)
+        self._at("on_multirun_end", None)

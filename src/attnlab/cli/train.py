@@ -19,6 +19,7 @@ from omegaconf import DictConfig, ListConfig
 
 from ..runs import ddp, folder as run_folder
 from ..files.log_file import raise_if_failed
+from ..core.errors import JobStopped
 from ..core.paths import CONF_DIR
 from ..runs.build import build_run, finish_loggers, rank_zero
 from ..runs.outcome import interrupted, job_ended, job_failed, write_metrics
@@ -100,6 +101,8 @@ def _main(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     try:
         value = train_job(cfg, hc)
+    except JobStopped:  # one job of a sweep that submitit runs: its status says "interrupted", the other jobs go on
+        return float("nan")
     except Exception as e:  # a refusal or a stop is one line (exit 2 / 1); a bug keeps its traceback
         return job_failed(e, hc)
     job_ended(cfg, hc, value, _late_stop)

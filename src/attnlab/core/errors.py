@@ -180,6 +180,15 @@ class PeerError(RuntimeError):
     naming it, exit 1, on every rank that is left. Raised by :mod:`attnlab.runs.ddp`."""
 
 
+class JobStopped(Exception):
+    """A stop signal ended one job of a sweep that submitit runs (its state saved, its status "interrupted"): the
+    job returns, and the sweep's other jobs, other processes, go on. Raised by :mod:`attnlab.runs.outcome`."""
+
+    def __init__(self, signame: str):
+        super().__init__(f"stopped by {signame}")
+        self.signame = signame
+
+
 def find_user_error(error: BaseException | None) -> UserError | None:
     """The first UserError in ``error``'s chain of explicit causes (itself included), or None."""
     seen: set[int] = set()

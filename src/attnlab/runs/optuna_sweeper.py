@@ -97,6 +97,8 @@ class OptunaSweeper:
         if not isinstance(self.n_trials, int) or self.n_trials < 1 or not isinstance(self.n_jobs, int) or self.n_jobs < 1:
             raise ConfigError(f"hydra.sweeper: n_trials={self.n_trials} and n_jobs={self.n_jobs} must be whole numbers "
                               f"of at least 1")
+        if (check := getattr(self.launcher, "check_jobs", None)) is not None:  # launcher=local/slurm, before any
+            check([list(fixed)])  # folder (the trials' sampled values are checked as they are launched)
         storage = self.storage or f"sqlite:///{sweep_dir / STUDY_FILE}"
         name = self.study_name or "attnlab"
         search = {"space": {k: repr(v) for k, v in space.items()}, "fixed": sorted(fixed), "metrics": metrics,

@@ -7,7 +7,9 @@ lines, the exit status, and a sweep stopped with its summary written.
 - a process of a distributed run gone (its node lost): one line, exit 1, a sweep ends (its next job would wait);
 - a stop signal (preemption, Ctrl+C): marked interrupted, exit 0 (a scheduler's requeue) or 130 (Ctrl+C);
 - a bug: its traceback, exit 1.
-In a sweep each job's outcome is recorded in its ``job_status.json`` and the sweep goes on (a stop signal ends it).
+In a sweep each job's outcome is recorded in its ``job_status.json`` and the sweep goes on (a stop signal ends it,
+except in a job submitit runs: that job is requeued on submitit's preemption signal, or just ends, and the sweep's
+other jobs go on: :mod:`attnlab.runs.submitit_jobs`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from . import ddp, folder as run_folder
+from . import ddp, folder as run_folder, submitit_jobs
 from ..files.atomic import disk_full, write_atomic
-from ..core.errors import CheckpointWriteError, NonFiniteLossError, find_user_error, one_line_message
+from ..core.errors import CheckpointWriteError, JobStopped, NonFiniteLossError, find_user_error, one_line_message
 from ..core.quoting import shell_override
 from .build import rank_zero
 from .plan import task_overrides
@@ -96,7 +98,7 @@ def job_ended(cfg: DictConfig, hc, value: float | None, late_stop: str | None) -
         write_job_status(job_dir, hc.overrides.task, value=value)
     if not in_sweep and rank_zero():
         log.info("\n".join(summary_lines(cfg, job_dir, hc.overrides.task)))
-    if in_sweep and late_stop:
+    if in_sweep and late_stop and not submitit_jobs.in_job_process():  # (submitit's: the job is done, nothing stops)
         stop_sweep(cfg, late_stop)
 
 
@@ -107,13 +109,20 @@ def interrupted(cfg: DictConfig, signame: str, where: str) -> None:
     run_dir = Path(cfg.paths.output_dir)
     if rank_zero():
         write_job_status(run_dir, task_overrides(), interrupted=signame)
-    log.warning(f"stopped by {signame} {where}; continue with {shell_override('resume', run_dir)}")
+    if submitit_jobs.requeues(signame):
+        log.warning(f"stopped by {signame} {where}; submitit requeues the job, which continues from its last.ckpt")
+        submitit_jobs.requeue(signame)  # (rank 0 does not come back)
+    else:
+        log.warning(f"stopped by {signame} {where}; continue with {shell_override('resume', run_dir)}")
     stop_sweep(cfg, signame)
 
 
 def stop_sweep(cfg: DictConfig, signame: str) -> None:
     """End the process for a stop signal: 130 for Ctrl+C (the shell's status for an interrupt), 0 for a scheduler's
-    SIGTERM/SIGUSR1 (a requeue). In a sweep the later jobs are not started, and the summary says so."""
+    SIGTERM/SIGUSR1 (a requeue). In a sweep the later jobs are not started, and the summary says so; in a job that
+    submitit runs, the job returns (:class:`JobStopped`) and the sweep's other jobs go on."""
+    if submitit_jobs.in_job_process():
+        raise JobStopped(signame)
     if in_sweep() and rank_zero():
         write_summary(Path(HydraConfig.get().sweep.dir), cfg.get("optimized_metric"), stopped_by=signame)
     raise SystemExit(130 if signame == "SIGINT" else 0)

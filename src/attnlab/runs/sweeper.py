@@ -34,6 +34,8 @@ class ContinuableSweeper(BasicSweeper):
         try:
             recorded = {} if cont.not_resuming(resume) else cont.recorded_jobs(sweep_dir)
             jobs = cont.plan_jobs(sweep_dir, all_jobs, resume, bool(self.config.get("extend_sweep")))
+            if (check := getattr(self.launcher, "check_jobs", None)) is not None:  # launcher=local/slurm: before
+                check([j.overrides for j in jobs if j.action != "finished"])  # the sweep's folder is written
         except UserError as e:
             from .folder import _refuse, discard_if_unused
 

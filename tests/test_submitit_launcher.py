@@ -1,0 +1,119 @@
+"""``launcher=local``: a sweep whose jobs submitit runs, each its own process (what ``launcher=slurm`` does on a
+cluster). Property: a job preempted with SIGUSR1 anywhere (training, its validation, the test, before training) is
+requeued and ends as the job run straight, bit for bit; a job stopped otherwise (SIGTERM: ``scancel``) or lost
+(SIGKILL: out of memory) ends the job, not the sweep, and ``resume=<sweep dir>`` continues it to the same end. The
+settings submitit's tasks and nodes must agree with are refused before submission, in one line, leaving nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import exactly_equal, run_cli
+from test_resume_anywhere import _logged, _untimed
+from test_sweep_continue import JOB
+
+TESTS = Path(__file__).resolve().parent
+SEEDS = "seed=0,1,2,3,4,5"
+
+
+def faults(marks: Path) -> list[dict]:
+    """One stop per job (tests/fault_injection.py); ``marker``: once, not again in the requeued job."""
+    return [
+        {"job": 0, "hook": "on_train_batch_end", "step": 2, "signal": "SIGUSR1"},  # mid-epoch: checkpoint at step 3
+        {"job": 1, "hook": "on_validation_batch_end", "step": 6, "signal": "SIGUSR1"},  # its validation: at epoch end
+        {"job": 2, "hook": "on_test_batch_end", "signal": "SIGUSR1", "marker": str(marks / "2")},  # the test again
+        {"job": 3, "hook": "on_job_start", "signal": "SIGUSR1", "marker": str(marks / "3")},  # nothing yet: anew
+        {"job": 4, "hook": "on_train_batch_end", "step": 8, "signal": "SIGTERM"},  # scancel: the job ends
+        {"job": 5, "hook": "on_train_batch_end", "step": 8, "signal": "SIGKILL"},  # its process lost
+    ]
+
+
+def _train(args: list[str], cache_dir: str, fault: list[dict] | None = None):
+    env = {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    env["ATTNLAB_FAULT"] = json.dumps(fault or [])
+    return run_cli(args, cache_dir, env=env)
+
+
+def _status(job_dir: Path) -> dict:
+    path = job_dir / "job_status.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def test_preempted_jobs_are_requeued_and_stopped_ones_continue(tmp_path, cache_dir):
+    sweep = tmp_path / "sweep"
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    r = _train(["-m", "launcher=local", *JOB, SEEDS, f"hydra.sweep.dir={sweep}"], cache_dir, faults(marks))
+    assert r.returncode == 0, r.stdout[-4000:]
+    assert sorted(p.name for p in marks.iterdir()) == ["2", "3"]  # both stops happened
+    for job in range(4):  # SIGUSR1: requeued by submitit, finished without anyone's help
+        assert _status(sweep / str(job))["status"] == "completed", (job, _status(sweep / str(job)))
+    assert list(sweep.glob("3.old-*")), "job 3 stopped before any checkpoint: its first folder moved aside"
+    assert _status(sweep / "4")["status"] == "interrupted"  # SIGTERM ended job 4 only
+    assert "job 5 ended without a result" in r.stdout and f"resume={sweep}" in r.stdout
+    summary = (sweep / "sweep_summary.md").read_text()
+    assert "| 4 |" in summary and "interrupted" in summary
+    assert not (sweep / ".submitit" / "%j").exists()
+
+    r = _train(["-m", "launcher=local", *JOB, SEEDS, f"hydra.sweep.dir={sweep}", f"resume={sweep}"], cache_dir)
+    assert r.returncode == 0, r.stdout[-4000:]
+    assert "continued from their last.ckpt: 4, 5" in r.stdout, r.stdout[-3000:]
+
+    straight = tmp_path / "straight"  # the same jobs, one after the other in this process, never stopped
+    r = _train(["-m", *JOB, SEEDS, f"hydra.sweep.dir={straight}"], cache_dir)
+    assert r.returncode == 0, r.stdout[-4000:]
+    for job in map(str, range(6)):
+        got, want = sweep / job, straight / job
+        a = torch.load(got / "checkpoints" / "last.ckpt", weights_only=True)
+        b = torch.load(want / "checkpoints" / "last.ckpt", weights_only=True)
+        assert a["global_step"] == b["global_step"] == 12
+        for key in ("state_dict", "optimizer_states", "lr_schedulers"):
+            assert exactly_equal(a[key], b[key]), f"job {job}: {key} differs from the straight run's"
+        assert _logged(got) == _logged(want), f"job {job}: a logged loss differs"
+        assert _untimed(got / "metrics.json") == _untimed(want / "metrics.json")
+        assert _status(got)["status"] == "completed" and _status(got)["value"] == _status(want)["value"]
+
+
+REFUSED = {
+    "local_tasks": (["launcher=local", "hydra.launcher.tasks_per_node=2"], {}, "tasks_per_node=2 nodes=1"),
+    "local_nodes": (["launcher=local", "hydra.launcher.nodes=2"], {}, "set both to 1"),
+    "slurm_devices": (["launcher=slurm", "trainer=ddp_cpu"], {}, "tasks_per_node=1 but trainer.devices=2"),
+    "slurm_auto": (["launcher=slurm", "trainer=ddp", "hydra.launcher.gpus_per_node=4"], {},
+                   "tasks_per_node=1 but trainer.devices=auto (4 per node)"),
+    "slurm_nodes": (["launcher=slurm", "trainer=ddp_cpu", "trainer.devices=1", "trainer.num_nodes=2"], {}, "hydra.launcher.nodes=1 but trainer.num_nodes=2"),
+    "one_job_differs": (["launcher=slurm", "trainer.devices=1,2"], {}, "trainer.devices=2"),
+    "signal_not_handled": (["launcher=local"], {"SUBMITIT_PREEMPT_SIGNAL": "USR2"}, "does not handle it"),
+    "no_preemption_callback": (["launcher=local", "callbacks.preemption=null"], {}, "its signals: none"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=list(REFUSED))
+def test_what_submitit_starts_must_be_the_run(case, tmp_path, cache_dir):
+    """Refused before anything is submitted (no sbatch here: a SLURM sweep that got past the check would fail
+    differently), one line, exit 2, no sweep folder."""
+    args, env, message = REFUSED[case]
+    sweep = tmp_path / "sweep"
+    r = run_cli(["-m", "debug=fast", *args, "seed=0,1", f"hydra.sweep.dir={sweep}"], cache_dir, env=env)
+    assert r.returncode == 2, r.stdout[-3000:]
+    errors = [line for line in r.stdout.splitlines() if "Error" in line or "error" in line]
+    assert message in r.stdout, r.stdout[-3000:]
+    assert "Traceback" not in r.stdout and len(errors) <= 1, r.stdout[-3000:]
+    assert not sweep.exists()
+
+
+@pytest.mark.parametrize("executor,launcher,trainer", [
+    ("local", {"tasks_per_node": 1, "nodes": 1}, {"devices": 2, "num_nodes": 1}),  # Lightning starts both itself
+    ("slurm", {"tasks_per_node": 2, "nodes": 2}, {"devices": 2, "num_nodes": 2}),
+    ("slurm", {"tasks_per_node": 4, "nodes": 1, "gpus_per_node": 4}, {"devices": "auto", "num_nodes": 1}),
+    ("slurm", {"tasks_per_node": 2, "nodes": 1}, {"devices": [0, 1], "num_nodes": 1}),
+    ("slurm", {"tasks_per_node": 3, "nodes": 1}, {"devices": "auto", "num_nodes": 1}),  # auto, no gpus: unknown
+])
+def test_settings_that_agree_pass(executor, launcher, trainer):
+    from attnlab.runs.submitit_jobs import check_job
+
+    check_job(executor, launcher, trainer, ["SIGTERM", "SIGUSR1"], "USR1")
