@@ -21,7 +21,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 # Tests measured at 15 s or more (2 AVX2-only cores): collected first, so that under xdist the last tests to run
 # are short ones and neither worker idles through another's long tail. Only the order changes.
-LONG_FIRST = ("tests/claims/test_framework.py::test_quick_claim_end_to_end", "tests/test_wheel_install.py",
+# The longest first.
+LONG_FIRST = ("tests/test_submitit_launcher.py::test_preempted", "tests/test_optuna_sweeper.py",
+              "tests/test_sweep_continue.py", "tests/test_two_nodes.py",
+              "tests/claims/test_framework.py::test_quick_claim_end_to_end", "tests/test_wheel_install.py",
               "tests/test_offline.py", "tests/test_notebooks.py", "tests/test_preloaded_python.py",
               "tests/test_resume_anywhere.py", "tests/test_bad_inputs.py::test_every_generated_bad_value",
               "tests/callbacks/test_preemption.py", "tests/test_ddp_equivalence.py", "tests/test_compare.py",
@@ -30,7 +33,10 @@ LONG_FIRST = ("tests/claims/test_framework.py::test_quick_claim_end_to_end", "te
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))  # (a stable sort)
+    def rank(item) -> int:  # the longest first, in LONG_FIRST's order; the rest as collected (a stable sort)
+        return next((i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)), len(LONG_FIRST))
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")

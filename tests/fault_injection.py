@@ -11,9 +11,10 @@ omitted; never during the sanity check), and two checkpoint-write points: ``afte
 been written, renamed into place) and ``during_save`` (``file``'s temporary file is half written, then the signal).
 The signal goes to this process: SIGKILL ends it on the spot; SIGTERM and SIGINT reach the run's handlers.
 
-In a sweep, ``"job": n`` fires only in job ``n``, and the variable may hold a list of points, one per job;
-``"marker": <file>`` fires only if that file does not exist yet, and makes it (a job that is requeued runs again,
-its hooks too, and must not be stopped again); :class:`SweepFault` (a Hydra callback,
+In a sweep, ``"job": n`` fires only in job ``n``. ``"marker": <file>`` fires only if that file does not exist
+yet, and makes it: a job that is requeued runs again, its hooks too. The variable may hold a list of points: a
+job's process takes the first of its own whose marker is not made yet, so one job can be stopped again and again,
+at one point after the other; :class:`SweepFault` (a Hydra callback,
 ``+hydra.callbacks.fault._target_=fault_injection.SweepFault``) stops the sweep between its jobs: at ``on_job_start``
 or ``on_job_end`` of job ``job``, or at ``on_multirun_end`` (before the summary is written).
 """
@@ -89,18 +90,20 @@ class Fault(L.Callback):
 
 def _job_num() -> int | None:
     from hydra.core.hydra_config import HydraConfig
+    from omegaconf.errors import MissingMandatoryValue
 
     try:
         return int(HydraConfig.get().job.num)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, MissingMandatoryValue):  # (a single run has no job number)
         return None
 
 
 def _spec(job: int | None) -> dict:
-    """The point for this job: ATTNLAB_FAULT's object, or the one for ``job`` in its list."""
+    """The point for this job: ATTNLAB_FAULT's object, or the first of ``job``'s in its list not yet fired."""
     spec = json.loads(os.environ.get("ATTNLAB_FAULT") or "{}")
     if isinstance(spec, list):
-        return next((s for s in spec if s.get("job") == job), {})
+        return next((s for s in spec if s.get("job") == job and not Path(s.get("marker") or "/nonexistent").exists()),
+                    {})
     return spec
 
 

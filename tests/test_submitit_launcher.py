@@ -18,19 +18,21 @@ from test_resume_anywhere import _logged, _untimed
 from test_sweep_continue import JOB
 
 TESTS = Path(__file__).resolve().parent
-SEEDS = "seed=0,1,2,3,4,5"
+SEEDS = "seed=0,1"
 
 
 def faults(marks: Path) -> list[dict]:
-    """One stop per job (tests/fault_injection.py); ``marker``: once, not again in the requeued job."""
-    return [
-        {"job": 0, "hook": "on_train_batch_end", "step": 2, "signal": "SIGUSR1"},  # mid-epoch: checkpoint at step 3
-        {"job": 1, "hook": "on_validation_batch_end", "step": 6, "signal": "SIGUSR1"},  # its validation: at epoch end
-        {"job": 2, "hook": "on_test_batch_end", "signal": "SIGUSR1", "marker": str(marks / "2")},  # the test again
-        {"job": 3, "hook": "on_job_start", "signal": "SIGUSR1", "marker": str(marks / "3")},  # nothing yet: anew
-        {"job": 4, "hook": "on_train_batch_end", "step": 8, "signal": "SIGTERM"},  # scancel: the job ends
-        {"job": 5, "hook": "on_train_batch_end", "step": 8, "signal": "SIGKILL"},  # its process lost
+    """The stops, in order for each job (tests/fault_injection.py: each fires once, its marker made)."""
+    points = [
+        (0, "on_train_batch_end", 2, "SIGUSR1"),  # mid-epoch: checkpoint at step 3, requeued
+        (0, "on_validation_batch_end", 6, "SIGUSR1"),  # in the epoch's validation: checkpoint at its end, requeued
+        (0, "on_test_batch_end", None, "SIGUSR1"),  # in the test: requeued, tested again
+        (1, "on_job_start", None, "SIGUSR1"),  # nothing written yet: folder moved aside, run anew
+        (1, "on_train_batch_end", 8, "SIGTERM"),  # scancel: the job ends interrupted, the sweep goes on
+        (1, "on_train_batch_end", 10, "SIGKILL"),  # (in the continuation) its process lost
     ]
+    return [{"job": job, "hook": hook, "signal": sig, "marker": str(marks / str(i)), **({"step": step} if step else {})}
+            for i, (job, hook, step, sig) in enumerate(points)]
 
 
 def _train(args: list[str], cache_dir: str, fault: list[dict] | None = None):
@@ -45,29 +47,34 @@ def _status(job_dir: Path) -> dict:
 
 
 def test_preempted_jobs_are_requeued_and_stopped_ones_continue(tmp_path, cache_dir):
-    sweep = tmp_path / "sweep"
-    marks = tmp_path / "marks"
+    sweep, marks = tmp_path / "sweep", tmp_path / "marks"
     marks.mkdir()
-    r = _train(["-m", "launcher=local", *JOB, SEEDS, f"hydra.sweep.dir={sweep}"], cache_dir, faults(marks))
-    assert r.returncode == 0, r.stdout[-4000:]
-    assert sorted(p.name for p in marks.iterdir()) == ["2", "3"]  # both stops happened
-    for job in range(4):  # SIGUSR1: requeued by submitit, finished without anyone's help
-        assert _status(sweep / str(job))["status"] == "completed", (job, _status(sweep / str(job)))
-    assert list(sweep.glob("3.old-*")), "job 3 stopped before any checkpoint: its first folder moved aside"
-    assert _status(sweep / "4")["status"] == "interrupted"  # SIGTERM ended job 4 only
-    assert "job 5 ended without a result" in r.stdout and f"resume={sweep}" in r.stdout
+    points = faults(marks)
+
+    def local_sweep(*extra: str):
+        r = _train(["-m", "launcher=local", *JOB, SEEDS, f"hydra.sweep.dir={sweep}", *extra], cache_dir, points)
+        assert r.returncode == 0, r.stdout[-4000:]
+        return r
+
+    local_sweep()
+    assert sorted(int(p.name) for p in marks.iterdir()) == [0, 1, 2, 3, 4]
+    assert _status(sweep / "0")["status"] == "completed"  # preempted thrice, requeued by submitit each time
+    assert list(sweep.glob("1.old-*")), "job 1 stopped before any checkpoint: its first folder moved aside"
+    assert _status(sweep / "1")["status"] == "interrupted"  # SIGTERM ended job 1 only
     summary = (sweep / "sweep_summary.md").read_text()
-    assert "| 4 |" in summary and "interrupted" in summary
+    assert "| 1 |" in summary and "interrupted" in summary
     assert not (sweep / ".submitit" / "%j").exists()
 
-    r = _train(["-m", "launcher=local", *JOB, SEEDS, f"hydra.sweep.dir={sweep}", f"resume={sweep}"], cache_dir)
-    assert r.returncode == 0, r.stdout[-4000:]
-    assert "continued from their last.ckpt: 4, 5" in r.stdout, r.stdout[-3000:]
+    r = local_sweep(f"resume={sweep}")  # job 1 continued, then its process killed
+    assert (marks / "5").exists()
+    assert "job 1 ended without a result" in r.stdout and f"resume={sweep}" in r.stdout, r.stdout[-3000:]
+    r = local_sweep(f"resume={sweep}")
+    assert "continued from their last.ckpt: 1" in r.stdout, r.stdout[-3000:]
 
     straight = tmp_path / "straight"  # the same jobs, one after the other in this process, never stopped
     r = _train(["-m", *JOB, SEEDS, f"hydra.sweep.dir={straight}"], cache_dir)
     assert r.returncode == 0, r.stdout[-4000:]
-    for job in map(str, range(6)):
+    for job in ("0", "1"):
         got, want = sweep / job, straight / job
         a = torch.load(got / "checkpoints" / "last.ckpt", weights_only=True)
         b = torch.load(want / "checkpoints" / "last.ckpt", weights_only=True)

@@ -26,6 +26,7 @@ import logging
 import math
 import os
 import signal
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,7 @@ def requeued_overrides(overrides: Sequence[str], sweep_dir: Path, job_dir: Path)
 def use_preemption_signal() -> str:
     """SIGUSR1 as submitit's preemption signal, unless the user chose one (its jobs inherit the variable)."""
     name = os.environ.setdefault(SIGNAL_ENV, DEFAULT_SIGNAL).upper().removeprefix("SIG")
-    if "submitit" in __import__("sys").modules:  # imported before the variable was set: it read the default
+    if "submitit" in sys.modules:  # imported before the variable was set: it read the default
         from submitit.core.job_environment import JobEnvironment
 
         JobEnvironment.USR_SIG = name

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ class RequeueingLauncher:
         executor = submitit.AutoExecutor(cluster=self._EXECUTOR, **self._executor_options())
         executor.update_parameters(**self._job_parameters())
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        if "mode" in self.config.hydra.sweep:
+            os.chmod(sweep_dir, mode=int(str(self.config.hydra.sweep.mode), 8))
         nums = range(initial_job_idx, initial_job_idx + len(job_overrides))
         for num, overrides in zip(nums, job_overrides):
             log.info(f"\t#{num} : {' '.join(filter_overrides(overrides))}")
