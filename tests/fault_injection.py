@@ -9,7 +9,8 @@ hooks: any Lightning callback hook that runs during fit or test (``on_train_batc
 ``on_test_batch_end``, ``on_train_end``, ...), fired the first time it runs at global step ``step`` (any step if
 omitted; never during the sanity check), and two checkpoint-write points: ``after_save`` (the file ``file`` has just
 been written, renamed into place) and ``during_save`` (``file``'s temporary file is half written, then the signal).
-The signal goes to this process: SIGKILL ends it on the spot; SIGTERM and SIGINT reach the run's handlers.
+The signal goes to this process (``"group": true``: to its whole process group, as a terminal's Ctrl+C does):
+SIGKILL ends it on the spot; SIGTERM and SIGINT reach the run's handlers.
 
 In a sweep, ``"job": n`` fires only in job ``n``. ``"marker": <file>`` fires only if that file does not exist
 yet, and makes it: a job that is requeued runs again, its hooks too. The variable may hold a list of points: a
@@ -47,6 +48,7 @@ class Fault(L.Callback):
         self.times = int(spec.get("times", 1))  # the same signal sent again right away (an impatient Ctrl+C)
         self.job = spec.get("job")
         self.marker = spec.get("marker")
+        self.group = bool(spec.get("group"))
         self.fired = False
         for name in HOOKS:
             setattr(self, name, self._hook_fn(name))
@@ -64,7 +66,7 @@ class Fault(L.Callback):
     def _fire(self) -> None:
         self.fired = True
         if _first_time(self.marker):
-            _send(self.signum, self.times)
+            _send(self.signum, self.times, self.group)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.hook not in ("after_save", "during_save") or not trainer.is_global_zero:
@@ -117,9 +119,12 @@ def _first_time(marker: str | None) -> bool:
     return True
 
 
-def _send(signum: int, times: int = 1) -> None:
+def _send(signum: int, times: int = 1, group: bool = False) -> None:
     for _ in range(times):
-        os.kill(os.getpid(), signum)
+        if group:
+            os.killpg(os.getpgrp(), signum)
+        else:
+            os.kill(os.getpid(), signum)
     if signum == signal.SIGKILL:
         time.sleep(60)  # not reached
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,6 +86,36 @@ def test_preempted_jobs_are_requeued_and_stopped_ones_continue(tmp_path, cache_d
         assert _logged(got) == _logged(want), f"job {job}: a logged loss differs"
         assert _untimed(got / "metrics.json") == _untimed(want / "metrics.json")
         assert _status(got)["status"] == "completed" and _status(got)["value"] == _status(want)["value"]
+
+
+def test_ctrl_c_stops_a_local_sweep_with_its_jobs_state_saved(tmp_path, cache_dir):
+    """Ctrl+C in the terminal reaches the sweep, submitit's controllers and the jobs (one process group): the job
+    saves its state and stops, the sweep waits for it, writes its summary and says how to continue, in one line
+    (exit 130); continued, the job ends as the straight run."""
+    sweep = tmp_path / "sweep"
+    ctrl_c = [{"job": 0, "hook": "on_train_batch_end", "step": 2, "signal": "SIGINT", "group": True,
+               "marker": str(tmp_path / "fired")}]
+    env = {**os.environ, "WANDB_SILENT": "true", "ATTNLAB_CACHE": cache_dir, "ATTNLAB_FAULT": json.dumps(ctrl_c),
+           "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    args = [sys.executable, "train.py", "-m", "launcher=local", *JOB, "seed=0", f"hydra.sweep.dir={sweep}"]
+    with subprocess.Popen(args, cwd=TESTS.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, start_new_session=True) as p:  # (its own group: the signal reaches no test)
+        out, _ = p.communicate(timeout=300)
+    assert p.returncode == 130, out[-4000:]
+    assert "Traceback" not in out and f"continue it with resume={sweep}" in out, out[-4000:]
+    assert _status(sweep / "0")["status"] == "interrupted"
+    assert "Sweep stopped by SIGINT" in out and (sweep / "sweep_summary.md").is_file()
+
+    r = _train(["-m", "launcher=local", *JOB, "seed=0", f"hydra.sweep.dir={sweep}", f"resume={sweep}"], cache_dir,
+               ctrl_c)
+    assert r.returncode == 0, r.stdout[-4000:]
+    straight = tmp_path / "straight"
+    r = _train(["-m", *JOB, "seed=0", f"hydra.sweep.dir={straight}"], cache_dir)
+    assert r.returncode == 0, r.stdout[-4000:]
+    a, b = (torch.load(d / "0" / "checkpoints" / "last.ckpt", weights_only=True) for d in (sweep, straight))
+    assert exactly_equal(a["state_dict"], b["state_dict"]) and exactly_equal(a["optimizer_states"], b["optimizer_states"])
+    assert _status(sweep / "0")["value"] == _status(straight / "0")["value"]
 
 
 REFUSED = {

@@ -48,10 +48,13 @@ _requeue_signum: int | None = None
 # in the job's process
 # ----------------------------------------------------------------------------------------------------------------
 def enter_job() -> None:
-    """Called first in the job's process: keep submitit's handler for its preemption signal, for :func:`requeue`."""
+    """Called first in the job's process: keep submitit's handler for its preemption signal, for :func:`requeue`;
+    take Python's Ctrl+C back (the local executor's controller was started with it ignored: ``launch``)."""
     global _requeue_handler, _requeue_signum
     from submitit.core.job_environment import JobEnvironment
 
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     _requeue_signum = JobEnvironment._usr_sig()
     handler = signal.getsignal(_requeue_signum)
     _requeue_handler = handler if callable(handler) else None

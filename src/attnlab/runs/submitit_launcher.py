@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
+from ..core.quoting import shell_override
 from . import submitit_jobs as jobs
 
 log = logging.getLogger(__name__)
@@ -41,10 +45,14 @@ class RequeueingLauncher:
         for num, overrides in zip(nums, job_overrides):
             log.info(f"\t#{num} : {' '.join(filter_overrides(overrides))}")
         state = Singleton.get_state()
-        submitted = executor.map_array(self, [list(o) for o in job_overrides], ["hydra.sweep.dir"] * len(nums),
-                                       list(nums), [f"job_id_for_{n}" for n in nums], [state] * len(nums))
-        results = [self._result(job, num, overrides, sweep_dir)
-                   for job, num, overrides in zip(submitted, nums, job_overrides)]
+        with _sigint_ignored(self._EXECUTOR == "local"):
+            submitted = executor.map_array(self, [list(o) for o in job_overrides], ["hydra.sweep.dir"] * len(nums),
+                                           list(nums), [f"job_id_for_{n}" for n in nums], [state] * len(nums))
+        try:
+            results = [self._result(job, num, overrides, sweep_dir)
+                       for job, num, overrides in zip(submitted, nums, job_overrides)]
+        except KeyboardInterrupt:
+            self._stopped_by_ctrl_c(submitted, sweep_dir)
         _remove_unfilled(Path(self.params["submitit_folder"]))
         return results
 
@@ -87,6 +95,26 @@ class RequeueingLauncher:
             return JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=value,
                              working_dir=str(sweep_dir / str(num)))
 
+    def _stopped_by_ctrl_c(self, submitted: Sequence[Any], sweep_dir: Path) -> None:
+        """Ctrl+C reached the jobs too (one process group): each saves its state and stops, as a single run does.
+        Wait for them (a second Ctrl+C: not), then the summary, one line, exit 130. SLURM's jobs are not ours to
+        stop: they go on."""
+        from .sweep import write_summary
+
+        local = self._EXECUTOR == "local"
+        if local:
+            log.warning("Ctrl+C: the running jobs save their state and stop; waiting for them (Ctrl+C again: "
+                        "they stop at once, from their last checkpoint)")
+            try:
+                for job in submitted:
+                    job.wait()
+            except KeyboardInterrupt:
+                pass
+        write_summary(sweep_dir, self.config.get("optimized_metric"), stopped_by="SIGINT")
+        log.warning(f"the sweep was stopped by Ctrl+C{'' if local else '; its SLURM jobs go on (scancel stops them)'}"
+                    f"; continue it with {shell_override('resume', sweep_dir.absolute())}")
+        raise SystemExit(130)
+
     # ------------------------------------------------------------------ in the job's process
     def __call__(self, *args: Any) -> Any:
         jobs.enter_job()
@@ -105,6 +133,21 @@ class RequeueingLauncher:
             job_dir = sweep_dir / str(job_num)
         overrides = jobs.requeued_overrides(sweep_overrides, sweep_dir, job_dir)
         return DelayedSubmission(self, overrides, job_dir_key, job_num, job_id, singleton_state)
+
+
+@contextmanager
+def _sigint_ignored(ignore: bool) -> Iterator[None]:
+    """The local executor's controllers, started now, inherit SIGINT ignored: on Ctrl+C they would otherwise kill
+    their job (SIGINT twice, then SIGKILL a second later) before it saved its state. The job itself takes Python's
+    Ctrl+C back (:func:`attnlab.runs.submitit_jobs.enter_job`)."""
+    if not ignore or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _remove_unfilled(folder: Path) -> None:
