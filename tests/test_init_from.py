@@ -8,6 +8,8 @@ bit for bit where the straight run ends; every contradiction is one line before 
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import pytest
@@ -108,7 +110,8 @@ def test_an_attnlab_export_starts_a_run(tmp_path, cache_dir):
     ("lm_seq_len", "its max_len is 16, the data's (data.seq_len) 32: give data.seq_len=16"),  # (debug=fast's)
     ("lm_vocab", "decides the model's parts and sizes (its config): drop data.vocab_size=512"),
     ("lm_no_tokenizer", "no tokenizer.json: a language model's weights need the tokenizer they were trained with"),
-    ("lm_other_specials", "its tokenizer's special tokens are not attnlab's (<pad> <bos> <eos> <unk> at ids 0-3"),
+    ("lm_no_end_token", "its tokenizer has no end-of-text token (one of <eos>, </s>, <|endoftext|>, <|end_of_text|>"),
+    ("lm_config_disagrees", "its config.json gives eos_token_id=1, its tokenizer's eos token is id 2: they must agree"),
 ])
 def test_each_contradiction_is_one_line_before_anything_is_written(case, expected, library_vit, tmp_path,
                                                                    cache_dir):
@@ -132,15 +135,19 @@ def test_each_contradiction_is_one_line_before_anything_is_written(case, expecte
         from attnlab.cli.export import export
 
         folder = tmp_path / "lm"
-        export(FIXTURES / "legacy_causal_lm.ckpt", folder)
+        export(FIXTURES / "legacy_causal_lm.ckpt", folder, format="hf" if case == "lm_config_disagrees" else
+               "safetensors")
         extra = ["model=causal_lm", *(["data.seq_len=16"] if case != "lm_seq_len" else [])]
         if case == "lm_vocab":
             extra.append("data.vocab_size=512")
         if case == "lm_no_tokenizer":
             (folder / "tokenizer.json").unlink()
-        if case == "lm_other_specials":  # a tokenizer of another project: GPT-2's <|endoftext|> and no <pad>
+        if case == "lm_no_end_token":  # a tokenizer that cannot say where a text ends
             text = (folder / "tokenizer.json").read_text()
-            (folder / "tokenizer.json").write_text(text.replace('"<pad>"', '"<|endoftext|>"'))
+            (folder / "tokenizer.json").write_text(text.replace('"<eos>"', '"<|im_start|>"'))
+        if case == "lm_config_disagrees":
+            config = json.loads((folder / "config.json").read_text())
+            (folder / "config.json").write_text(json.dumps({**config, "eos_token_id": 1}))
     args = [*VIT, f"init_from={folder}", *extra, f"hydra.run.dir={tmp_path / 'run'}"]
     out = run_cli([a for a in args if not (case == "family" or case.startswith("lm_")) or a != "model=vit"],
                   cache_dir)

@@ -134,14 +134,14 @@ def write_hf(ckpt: dict, out: Path, layout: str = "auto", dtype: str = "fp32") -
     ``layout`` (``auto``: the first of :data:`~.hf_layouts.LAYOUTS` its parts fit); the files written and the
     layout. A model whose parts do not fit is one line naming them and the layouts they do fit; nothing is
     written."""
-    from ..core.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
     from .hf_layouts import hf_config, hf_tensors
 
     st = _safetensors_torch()
     net = (ckpt.get("hyper_parameters") or {}).get("net") or {}
     layout = hf_layout(net, layout)
     state = {k.removeprefix("net."): v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}
-    ids = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID} if layout != "vit" else {}
+    names = _special_names(ckpt.get("tokenizer")) if layout != "vit" else {}
+    ids = {f"{role}_token_id": i for role, (_, i) in names.items() if role != "unk"}
     files: dict[str, bytes | str] = {
         WEIGHTS: st.save(_tensors(hf_tensors(net, state, layout), dtype), metadata={"format": "pt"}),
         "config.json": json.dumps(hf_config(net, state, layout, dtype, ids), indent=1, sort_keys=True) + "\n",
@@ -149,12 +149,31 @@ def write_hf(ckpt: dict, out: Path, layout: str = "auto", dtype: str = "fp32") -
     if ids:
         files["generation_config.json"] = json.dumps(ids, indent=1) + "\n"
     if isinstance(ckpt.get("tokenizer"), str):
-        names = {f"{role}_token": SPECIAL_TOKENS[i] for role, i in
-                 (("pad", PAD_ID), ("bos", BOS_ID), ("eos", EOS_ID), ("unk", UNK_ID))}
+        tokens = {f"{role}_token": name for role, (name, _) in names.items()}
         files[TOKENIZER] = ckpt["tokenizer"]
-        files["tokenizer_config.json"] = json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", **names,
+        files["tokenizer_config.json"] = json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", **tokens,
                                                      "model_max_length": int(net["max_len"])}, indent=1) + "\n"
     return _write_folder(out, files), layout
+
+
+def _special_names(tokenizer: Any) -> dict[str, tuple[str, int]]:
+    """``role -> (token, id)`` for pad, bos, eos, unk: the tokenizer's own (a model folder's, found by name), else
+    attnlab's; a role the tokenizer has no token for (GPT-2 has no pad: its end token stands in) is left out."""
+    from ..core.special_tokens import SPECIAL_TOKENS, special_ids
+
+    try:
+        added = (json.loads(tokenizer).get("added_tokens") or []) if isinstance(tokenizer, str) else []
+        specials = {t["content"]: t["id"] for t in added if t.get("special", True)}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        specials = {}
+    ids = special_ids(specials)
+    if ids is None:  # no tokenizer (or none with an end token): attnlab's ids, which its models were built with
+        specials = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
+        ids = special_ids(specials)
+        assert ids is not None
+    by_id = {i: token for token, i in specials.items()}
+    stand_ins = {role for role in ("pad", "unk") if ids[role] == ids["eos"]}
+    return {role: (by_id[i], i) for role, i in ids.items() if role not in stand_ins and i in by_id}
 
 
 def read_exported(folder: Path) -> dict:

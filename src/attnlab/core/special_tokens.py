@@ -2,6 +2,9 @@
 
 * BPE vocabularies (:mod:`attnlab.data.tokenizer`) start with four special tokens, in this order, in every
   vocabulary: the models pad, start and stop on these ids.
+* A tokenizer made elsewhere (a Hugging Face model's: GPT-2, LLaMA, Qwen) has its own special tokens at its own
+  ids; :func:`special_ids` finds its end-of-text token by name (and its start token: else it starts with its end
+  token, as GPT-2 does), so the ids travel with the tokenizer file and nothing else has to carry them.
 * The TTS reads characters from a fixed alphabet (:mod:`attnlab.data.characters`), so a checkpoint needs no
   vocabulary file. ``<eos>`` is the last id, so every character's id is the same whether a net uses it or not
   (``text_eos``).
@@ -11,6 +14,27 @@ from __future__ import annotations
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<bos>", "<eos>", "<unk>")
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(len(SPECIAL_TOKENS))
+
+# the names the field gives its end- and start-of-text tokens, in the order they are looked for
+END_NAMES: tuple[str, ...] = ("<eos>", "</s>", "<|endoftext|>", "<|end_of_text|>")
+START_NAMES: tuple[str, ...] = ("<bos>", "<s>", "<|begin_of_text|>")
+
+
+def special_ids(specials: dict[str, int]) -> dict[str, int] | None:
+    """``{"pad", "bos", "eos", "unk"} -> id`` of a tokenizer whose special tokens are ``specials`` (name -> id): this
+    repo's at 0-3, or another's found by name (no pad or unk token: its end token stands in); None when it has no
+    end-of-text token."""
+    eos = next((specials[n] for n in END_NAMES if n in specials), None)
+    if eos is None:
+        return None
+    bos = next((specials[n] for n in START_NAMES if n in specials), eos)
+    return {"pad": specials.get("<pad>", eos), "bos": bos, "eos": eos, "unk": specials.get("<unk>", eos)}
+
+
+def is_own(specials: dict[str, int]) -> bool:
+    """This repo's special tokens, at ids 0-3."""
+    return all(specials.get(token) == i for i, token in enumerate(SPECIAL_TOKENS))
+
 
 CHAR_PAD, CHAR_UNK, CHAR_EOS = "<pad>", "<unk>", "<eos>"
 ALPHABET = " abcdefghijklmnopqrstuvwxyz0123456789'\".,;:!?-()"

@@ -36,7 +36,7 @@ from tokenizers import Tokenizer
 
 from ..files.atomic import reported, write_atomic
 from .text_sources import Chunk, TextSource, fingerprint, iter_chunks
-from .tokenizer import EOS_ID, BPETokenizer
+from .tokenizer import BPETokenizer
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +276,7 @@ def build_shards(sources: list[TextSource], tok: BPETokenizer, out_dir: str | os
             for chunk, ids in zip(pending, encoder.encode(pending)):
                 writer.write(np.asarray(ids, dtype=dtype))
                 if chunk.last and chunk.index < len(sources) - 1:
-                    writer.write(np.array([EOS_ID], dtype=dtype))  # documents separated by <eos>
+                    writer.write(np.array([tok.eos_id], dtype=dtype))  # documents separated by <eos>
                 n_bytes += chunk.end - chunk.start
                 bar.advance(chunk.end - chunk.start)
                 if writer.tokens >= shard_tokens:

@@ -1,10 +1,12 @@
 """Byte-level BPE tokenizer (HF ``tokenizers``) with a content-addressed on-disk cache.
 
 Byte-level means every string maps to byte symbols first, so there is no unknown
-character and ``decode(encode(s)) == s`` for any text. The special tokens have fixed
+character and ``decode(encode(s)) == s`` for any text. The special tokens of the tokenizers trained here have fixed
 ids (``<pad>``=0, ``<bos>``=1, ``<eos>``=2, ``<unk>``=3) so that models, losses
 (``ignore_index=pad_id``) and generation code may rely on them without a tokenizer
-at hand.
+at hand. A model folder's tokenizer (``init_from=`` a Hugging Face GPT-2 or LLaMA) keeps its own, found by name
+(:func:`attnlab.core.special_tokens.special_ids`): only the causal LM, whose data and generation read them from the
+tokenizer, takes one.
 
 Text normalization (``attnlab.data.normalization``) is the tokenizer's ``tokenizers`` normalizer, serialized with
 it: ``encode`` applies it (input text: LM text and prompts, translation sources), ``encode(..., normalize=False)``
@@ -30,7 +32,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from ..files.atomic import write_atomic
 from attnlab.data.normalization import normalizer_json
 from ..core.errors import ConfigError
-from ..core.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID  # noqa: F401  (data's users read them here)
+from ..core.special_tokens import (BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID,  # noqa: F401  (data's users
+                                   END_NAMES, is_own, special_ids)  # read them here)
 
 log = logging.getLogger(__name__)
 
@@ -66,17 +69,18 @@ class BPETokenizer:
     """
 
     def __init__(self, tokenizer: Tokenizer):
-        for i, tok in enumerate(SPECIAL_TOKENS):
-            if tokenizer.token_to_id(tok) != i:
-                raise ValueError(
-                    f"tokenizer must have special token {tok!r} at id {i}, "
-                    f"got {tokenizer.token_to_id(tok)}"
-                )
+        specials = {t.content: i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special}
+        ids = special_ids(specials)
+        if ids is None:
+            raise ValueError(f"the tokenizer has no end-of-text token (one of {', '.join(END_NAMES)}); its special "
+                             f"tokens: {sorted(specials, key=specials.get)[:6]}")
+        self.own = is_own(specials)  # this repo's special tokens (else a model folder's: their names, its ids)
+        self._ids, self._special_names = ids, set(specials)
         # Not serialized by `tokenizers`, hence set on every construction.
         tokenizer.encode_special_tokens = True
         self._tok = tokenizer
         self._verbatim: Tokenizer | None = None  # the same tokenizer without its normalizer, made on first use
-        if tokenizer.normalizer is None:
+        if tokenizer.normalizer is None and self.own:
             _warn_unnormalized()
 
     # -- ids -------------------------------------------------------------------------
@@ -86,19 +90,19 @@ class BPETokenizer:
 
     @property
     def pad_id(self) -> int:
-        return PAD_ID
+        return self._ids["pad"]
 
     @property
     def bos_id(self) -> int:
-        return BOS_ID
+        return self._ids["bos"]
 
     @property
     def eos_id(self) -> int:
-        return EOS_ID
+        return self._ids["eos"]
 
     @property
     def unk_id(self) -> int:
-        return UNK_ID
+        return self._ids["unk"]
 
     # -- encode / decode ---------------------------------------------------------------
     @property
@@ -148,9 +152,9 @@ class BPETokenizer:
         tok = self._tok.id_to_token(int(i))
         if tok is None:
             raise IndexError(f"token id {i} out of range [0, {self.vocab_size})")
-        if tok in SPECIAL_TOKENS:
-            return tok
         table = _byte_decoder()
+        if tok in self._special_names or not all(c in table for c in tok):  # (not byte-level: SentencePiece's ▁)
+            return tok
         raw = bytes(table[c] for c in tok)
         s = raw.decode("utf-8", errors="backslashreplace")
         return s.replace(" ", "▁").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")

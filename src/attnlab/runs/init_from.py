@@ -9,10 +9,11 @@ silently overruled, and a value the model takes from the data (``image_size: ${d
 the data. The weights are loaded once the model is built (:func:`load_weights`), strictly, and only into a fresh
 run: a resumed one continues from its own checkpoint.
 
-A causal language model's folder brings its tokenizer (``tokenizer.json``, with attnlab's special tokens): the data
-module encodes the corpus with it instead of training one (``data.tokenizer``), at the folder's vocabulary size.
-Not yet: the other models whose ids come from a tokenizer (masked LM, translation), and tokenizers with other
-special tokens (a real GPT-2's or LLaMA's).
+A causal language model's folder brings its tokenizer (``tokenizer.json``): the data module encodes the corpus with
+it instead of training one (``data.tokenizer``), at the folder's vocabulary size. Its special tokens are attnlab's,
+or the folder's own (a GPT-2's ``<|endoftext|>``, a LLaMA's ``<s>``/``</s>``), found by name and checked against
+the ids its ``config.json`` gives (:func:`attnlab.core.special_tokens.special_ids`). Not yet: the other models whose
+ids come from a tokenizer (masked LM, translation).
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from ..checkpoints.exported import SETTINGS, TOKENIZER, is_exported
 from ..core.errors import ConfigError
+from ..core.special_tokens import END_NAMES, special_ids
 
 GROUPS = ("norm", "ffn", "moe", "attn", "pos")
 CAUSAL_LM = "attnlab.models.causal_lm.CausalLM"
 LM_DATA = "attnlab.data.lm_datamodule.LMDataModule"
-SPECIALS = {"<pad>": 0, "<bos>": 1, "<eos>": 2, "<unk>": 3}  # (attnlab.core.special_tokens, as a tokenizer names them)
 
 
 HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
@@ -84,7 +85,7 @@ def folder_net(path: str | Path) -> dict:
     if not isinstance(net, dict) or not isinstance(net.get("_target_"), str):
         raise ConfigError(f"{where}: its net config names no model class")
     if net["_target_"] == CAUSAL_LM:
-        _check_tokenizer(folder, where)
+        _check_tokenizer(folder, where, net)
     elif (folder / TOKENIZER).is_file() or "vocab_size" in net and net["_target_"] != "attnlab.models." \
             "sequence_classifier.SequenceClassifier":
         raise ConfigError(f"{where}: a {net['_target_'].rsplit('.', 1)[-1]} reads token ids from a tokenizer its "
@@ -93,20 +94,40 @@ def folder_net(path: str | Path) -> dict:
     return net
 
 
-def _check_tokenizer(folder: Path, where: str) -> None:
-    """A causal LM's folder brings a tokenizer whose special tokens are attnlab's (torch-free: its JSON)."""
+def _check_tokenizer(folder: Path, where: str, net: dict) -> None:
+    """A causal LM's folder brings a tokenizer with an end-of-text token, at the id its ``config.json`` says, within
+    the model's vocabulary (torch-free: the JSON files)."""
     path = folder / TOKENIZER
     if not path.is_file():
         raise ConfigError(f"{where}: no {TOKENIZER}: a language model's weights need the tokenizer they were "
                           f"trained with")
     try:
-        added = {t["content"]: t["id"] for t in json.loads(path.read_text(encoding="utf-8")).get("added_tokens", [])}
+        specials = {t["content"]: t["id"] for t in json.loads(path.read_text(encoding="utf-8")).get("added_tokens", [])
+                    if t.get("special", True)}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ConfigError(f"{where}: {path} cannot be read: {e}") from None
-    if any(added.get(token) != i for token, i in SPECIALS.items()):
-        raise ConfigError(f"{where}: its tokenizer's special tokens are not attnlab's (<pad> <bos> <eos> <unk> at ids "
-                          f"0-3; it has {dict(sorted(added.items(), key=lambda kv: kv[1])[:4])}): a run cannot use "
-                          f"it yet")
+    ids = special_ids(specials)
+    if ids is None:
+        raise ConfigError(f"{where}: its tokenizer has no end-of-text token (one of {', '.join(END_NAMES)}; its "
+                          f"special tokens: {sorted(specials, key=specials.get)[:6]}): a run cannot tell where a "
+                          f"text ends")
+    config = _json_or_empty(folder / "config.json")
+    for role in ("eos", "bos"):
+        said = config.get(f"{role}_token_id")
+        if isinstance(said, int) and said != ids[role] or isinstance(said, list) and ids[role] not in said:
+            raise ConfigError(f"{where}: its config.json gives {role}_token_id={said}, its tokenizer's {role} token "
+                              f"is id {ids[role]}: they must agree")
+    if (vocab := net.get("vocab_size")) is not None and max(ids.values()) >= vocab:
+        raise ConfigError(f"{where}: its tokenizer's special token id {max(ids.values())} is outside the model's "
+                          f"vocabulary ({vocab})")
+
+
+def _json_or_empty(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _overridden(overrides: list[str] | tuple[str, ...]) -> list[str]:

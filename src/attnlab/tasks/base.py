@@ -85,7 +85,7 @@ def saved_tokenizer(checkpoint: dict, where: str | Path = "the checkpoint") -> B
                               f"{str(e).strip().splitlines()[0]}") from None
     try:
         return BPETokenizer(raw)
-    except ValueError as e:  # (its special tokens are not the project's: it checks them)
+    except ValueError as e:  # (no end-of-text token: it checks its special tokens)
         raise CheckpointError(f"{where}: its tokenizer cannot be read (damaged): {e}") from None
 
 
