@@ -88,6 +88,7 @@ def test_preempted_jobs_are_requeued_and_stopped_ones_continue(tmp_path, cache_d
         assert _status(got)["status"] == "completed" and _status(got)["value"] == _status(want)["value"]
 
 
+@pytest.mark.slow  # (33 s; CI runs it: .ci/run)
 def test_ctrl_c_stops_a_local_sweep_with_its_jobs_state_saved(tmp_path, cache_dir):
     """Ctrl+C in the terminal reaches the sweep, submitit's controllers and the jobs (one process group): the job
     saves its state and stops, the sweep waits for it, writes its summary and says how to continue, in one line
