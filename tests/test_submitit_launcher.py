@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import exactly_equal, run_cli
-from test_resume_anywhere import _logged, _untimed
-from test_sweep_continue import JOB
+from test_sweep_continue import JOB, assert_job_equals_straight
 
 TESTS = Path(__file__).resolve().parent
 SEEDS = "seed=0,1"
@@ -77,15 +76,7 @@ def test_preempted_jobs_are_requeued_and_stopped_ones_continue(tmp_path, cache_d
     r = _train(["-m", *JOB, SEEDS, f"hydra.sweep.dir={straight}"], cache_dir)
     assert r.returncode == 0, r.stdout[-4000:]
     for job in ("0", "1"):
-        got, want = sweep / job, straight / job
-        a = torch.load(got / "checkpoints" / "last.ckpt", weights_only=True)
-        b = torch.load(want / "checkpoints" / "last.ckpt", weights_only=True)
-        assert a["global_step"] == b["global_step"] == 12
-        for key in ("state_dict", "optimizer_states", "lr_schedulers"):
-            assert exactly_equal(a[key], b[key]), f"job {job}: {key} differs from the straight run's"
-        assert _logged(got) == _logged(want), f"job {job}: a logged loss differs"
-        assert _untimed(got / "metrics.json") == _untimed(want / "metrics.json")
-        assert _status(got)["status"] == "completed" and _status(got)["value"] == _status(want)["value"]
+        assert_job_equals_straight(sweep / job, straight / job)
 
 
 @pytest.mark.slow  # (33 s; CI runs it: .ci/run)

@@ -108,6 +108,20 @@ def straight_sweep(tmp_path_factory, cache_dir) -> Path:
     return sweep_dir
 
 
+def assert_job_equals_straight(got: Path, want: Path) -> None:
+    """A job stopped and continued ends as the same job run straight: its final weights, optimizer and scheduler
+    state bit for bit (12 steps), every logged loss, its test metrics, its status and value."""
+    a = torch.load(got / "checkpoints" / "last.ckpt", weights_only=True)
+    b = torch.load(want / "checkpoints" / "last.ckpt", weights_only=True)
+    assert a["global_step"] == b["global_step"] == 12
+    for key in ("state_dict", "optimizer_states", "lr_schedulers"):
+        assert exactly_equal(a[key], b[key]), f"job {got.name}: {key} differs from the straight run's"
+    assert _logged(got) == _logged(want), f"job {got.name}: a logged loss differs"
+    assert _untimed(got / "metrics.json") == _untimed(want / "metrics.json")
+    status, straight_status = (json.loads((d / "job_status.json").read_text()) for d in (got, want))
+    assert status["status"] == "completed" and status["value"] == straight_status["value"]
+
+
 def _check_chain(chain: list[dict], straight: Path, tmp_path: Path, cache_dir: str) -> None:
     sweep_dir = tmp_path / "sweep"
     kept: dict[int, dict] = {}  # job -> its files when it was first seen finished
@@ -126,16 +140,7 @@ def _check_chain(chain: list[dict], straight: Path, tmp_path: Path, cache_dir: s
 
     assert sorted(p.name for p in sweep_dir.iterdir() if p.name.isdigit()) == ["0", "1"]
     for job in ("0", "1"):
-        got, want = sweep_dir / job, straight / job
-        a = torch.load(got / "checkpoints" / "last.ckpt", weights_only=True)
-        b = torch.load(want / "checkpoints" / "last.ckpt", weights_only=True)
-        assert a["global_step"] == b["global_step"] == 12
-        for key in ("state_dict", "optimizer_states", "lr_schedulers"):
-            assert exactly_equal(a[key], b[key]), f"job {job}: {key} differs from the straight sweep's"
-        assert _logged(got) == _logged(want), f"job {job}: a logged loss differs"
-        assert _untimed(got / "metrics.json") == _untimed(want / "metrics.json")
-        status, straight_status = (json.loads((d / "job_status.json").read_text()) for d in (got, want))
-        assert status["status"] == "completed" and status["value"] == straight_status["value"]
+        assert_job_equals_straight(sweep_dir / job, straight / job)
     assert _rows(sweep_dir) == _rows(straight)
     assert _compare_table(sweep_dir) == _compare_table(straight)
 
