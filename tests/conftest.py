@@ -22,14 +22,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # Tests measured at 15 s or more (2 AVX2-only cores): collected first, so that under xdist the last tests to run
 # are short ones and neither worker idles through another's long tail. Only the order changes.
 # The longest first.
-LONG_FIRST = ("tests/test_submitit_launcher.py::test_preempted", "tests/test_optuna_sweeper.py",
+LONG_FIRST = ("tests/test_optuna_sweeper.py",
               "tests/test_sweep_continue.py", "tests/test_two_nodes.py",
               "tests/claims/test_framework.py::test_quick_claim_end_to_end", "tests/test_wheel_install.py",
               "tests/test_offline.py", "tests/test_notebooks.py", "tests/test_preloaded_python.py",
               "tests/test_resume_anywhere.py", "tests/test_bad_inputs.py::test_every_generated_bad_value",
               "tests/callbacks/test_preemption.py", "tests/test_ddp_equivalence.py", "tests/test_compare.py",
               "tests/models/test_transformer_nat.py", "tests/callbacks/test_nonfinite.py", "tests/test_run_lock.py",
-              "tests/bench/test_bench_runs.py", "tests/test_files_stay_in_folder.py")
+              "tests/bench/test_bench_runs.py", "tests/test_files_stay_in_folder.py",
+              "tests/test_init_from_library_lm.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -107,7 +107,7 @@ def test_an_attnlab_export_starts_a_run(tmp_path, cache_dir):
     ("with_ckpt_path", "give either init_from= (a model's weights) or ckpt_path= (a run's training state)"),
     ("missing", "no such folder"),
     ("not_a_model", "the folder holds neither attnlab.json (an attnlab export) nor config.json"),
-    ("lm_seq_len", "its max_len is 16, the data's (data.seq_len) 32: give data.seq_len=16"),  # (debug=fast's)
+    ("lm_seq_len", "its max_len is 16, the data's (data.seq_len) 32: give data.seq_len=16 or less"),  # (debug=fast's)
     ("lm_vocab", "decides the model's parts and sizes (its config): drop data.vocab_size=512"),
     ("lm_no_tokenizer", "no tokenizer.json: a language model's weights need the tokenizer they were trained with"),
     ("lm_no_end_token", "its tokenizer has no end-of-text token (one of <eos>, </s>, <|endoftext|>, <|end_of_text|>"),

@@ -47,6 +47,7 @@ def _status(job_dir: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+@pytest.mark.slow  # (86-91 s; CI runs it: .ci/run)
 def test_preempted_jobs_are_requeued_and_stopped_ones_continue(tmp_path, cache_dir):
     sweep, marks = tmp_path / "sweep", tmp_path / "marks"
     marks.mkdir()

@@ -135,7 +135,8 @@ def test_every_comparison_runs_in_the_suite():
     assert set(CHECKS) == set(ran_here)
 
 
-@pytest.mark.parametrize("only", RUNS)
+# the two longest (P6, P10: 17-20 s each) in -m slow, which CI runs (.ci/run), to keep the suite under 10 minutes
+@pytest.mark.parametrize("only", [pytest.param(r, marks=pytest.mark.slow) if r in ("P6", "P10") else r for r in RUNS])
 def test_quick_run_prints_every_table(only, cache_dir):
     out = run_bench_quick(only, cache_dir)
     assert "Traceback" not in out, out[-3000:]

@@ -16,6 +16,7 @@ import pytest
 from torch.utils.data import DistributedSampler
 
 import attnlab.data.lm_datamodule as lmdm
+import folder_tokenizers
 import attnlab.data.shards as shards
 from attnlab.data.corpus import pydoc_text
 from attnlab.core.errors import DataError, DataFileNotFoundError
@@ -294,3 +295,25 @@ def test_a_manifest_of_the_wrong_shape_is_rebuilt(tmp_path, manifest):
     (out / shards.MANIFEST).write_text(manifest)
     again = lmdm.tokenize_corpus(sources, 300, tmp_path / "cache")[1]
     assert np.array_equal(np.asarray(again), np.asarray(stream)) and read_manifest(out)["complete"]
+
+
+@pytest.mark.parametrize("kind", folder_tokenizers.KINDS)
+def test_a_model_folders_tokenizer_streams_each_file_as_it_encodes_the_whole_file(kind, text_file, tmp_path):
+    """A GPT-2's or LLaMA's tokenizer (init_from=<folder>): a file cut in chunks gives the ids of encoding it
+    whole, so its prepended ``▁`` and its ``<s>`` come once, at the file's start, and files are separated by the
+    tokenizer's own end token."""
+    from attnlab.data.tokenizer import BPETokenizer
+
+    text = text_file.read_bytes().decode("utf-8-sig")
+    tok = BPETokenizer(folder_tokenizers.folder_tokenizer(kind, [text]))
+    src = [TextSource.from_file(text_file)]
+    build_shards(src, tok, tmp_path / "one", chunk_bytes=CHUNK, shard_tokens=5000)
+    assert stream(tmp_path / "one").tolist() == tok.encode(text)
+    assert tok.encode(text)[0] == (tok.bos_id if kind != "gpt2" else tok.encode(text[:1])[0])
+
+    files = [tmp_path / f"{i}.txt" for i in range(3)]
+    for i, f in enumerate(files):
+        f.write_bytes(text[i * 5000:(i + 1) * 5000 - 1].encode("utf-8"))
+    build_shards([TextSource.from_file(f) for f in files], tok, tmp_path / "many", chunk_bytes=512)
+    parts = [tok.encode(f.read_bytes().decode("utf-8")) for f in files]
+    assert stream(tmp_path / "many").tolist() == parts[0] + [tok.eos_id] + parts[1] + [tok.eos_id] + parts[2]

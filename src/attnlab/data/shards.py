@@ -14,7 +14,8 @@ Interruption: a shard is written to a temporary name and renamed when complete; 
 (rewritten atomically) list it, with the source position where the next shard starts. A later run trusts only
 the shards the manifest lists (and whose size matches), continues from the last one's end (the chunk boundaries,
 hence the tokens, are the same as an uninterrupted run's) and marks the manifest complete at the end. Several
-sources are tokenized one after the other with an ``<eos>`` between them (documents).
+sources are tokenized one after the other with an ``<eos>`` between them (documents), each framed as its
+tokenizer frames a text (a LLaMA's ``<s>`` before it: :func:`framing`).
 
 Reading: :class:`TokenStream` is the shards as one array (length, slices that may cross shards, views for the
 splits), memory-mapped lazily: a DDP rank or a DataLoader worker maps pages of the windows it reads, never the
@@ -54,22 +55,30 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 # --------------------------------------------------------------------------------------
-# Normalizer strip, chunk by chunk
+# A source's text, chunk by chunk, as if encoded whole
 # --------------------------------------------------------------------------------------
-def strip_variant(tok: Tokenizer, left: bool, right: bool) -> Tokenizer:
-    """``tok`` with every ``Strip`` step of its normalizer limited to the ends given (the same object if it has
-    none). ``data.normalize.whitespace`` strips the ends of the *text*; a chunk inside a file must keep the line
-    break it starts with, which that normalizer would strip (and then collapse into a space)."""
+def chunk_variant(tok: Tokenizer, first: bool, last: bool) -> Tokenizer:
+    """``tok`` for a chunk that is (or is not) the first or last of its source (the same object if nothing differs):
+    every ``Strip`` step of its normalizer limited to the source's ends (``data.normalize.whitespace`` strips the ends
+    of the *text*; a chunk inside a file must keep the line break it starts with, which that normalizer would strip
+    and then collapse into a space), and a start marker a model folder's tokenizer puts before a text (a LLaMA's
+    ``Prepend("▁")`` normalizer or ``Metaspace`` with ``prepend_scheme: first``) only before the source's first
+    chunk."""
     spec = json.loads(tok.to_str())
-    found = False
+    changed = False
 
     def visit(node):
-        nonlocal found
+        nonlocal changed
         if isinstance(node, dict):
-            if node.get("type") == "Strip":
-                found = True
-                node["strip_left"] = node.get("strip_left", True) and left
-                node["strip_right"] = node.get("strip_right", True) and right
+            kind = node.get("type")
+            if kind == "Strip" and not (first and last):
+                changed = True
+                node["strip_left"] = node.get("strip_left", True) and first
+                node["strip_right"] = node.get("strip_right", True) and last
+            elif kind == "Prepend" and not first and node.get("prepend"):
+                changed, node["prepend"] = True, ""
+            elif kind == "Metaspace" and not first and node.get("prepend_scheme") == "first":
+                changed, node["prepend_scheme"] = True, "never"
             for v in node.values():
                 visit(v)
         elif isinstance(node, list):
@@ -77,24 +86,37 @@ def strip_variant(tok: Tokenizer, left: bool, right: bool) -> Tokenizer:
                 visit(v)
 
     visit(spec.get("normalizer"))
-    if not found:
+    visit(spec.get("pre_tokenizer"))
+    if not changed:
         return tok
     out = Tokenizer.from_str(json.dumps(spec))
     out.encode_special_tokens = tok.encode_special_tokens
     return out
 
 
+def framing(tok: Tokenizer) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer's post-processor puts before and after a text (a LLaMA's ``<s>``; none for GPT-2 and
+    attnlab's own): a source starts and ends with them, as ``encode`` of the whole text would give them."""
+    bare, full = tok.encode("a", add_special_tokens=False).ids, tok.encode("a").ids
+    for i in range(len(full) - len(bare) + 1):
+        if full[i:i + len(bare)] == bare:
+            return full[:i], full[i + len(bare):]
+    return [], []
+
+
 class ChunkEncoder:
-    """Encodes chunks with the normalizer's strip applied only at the ends of each source."""
+    """Encodes a source chunk by chunk to the ids of encoding it whole: its normalizer's strip and start marker,
+    and its post-processor's ids (:func:`framing`), only at the source's ends."""
 
     def __init__(self, tok: Tokenizer):
         self._tok = tok
         self._variants: dict[tuple[bool, bool], Tokenizer] = {}
+        self.prefix, self.suffix = framing(tok)
 
     def tokenizer(self, chunk: Chunk) -> Tokenizer:
         key = (chunk.first, chunk.last)
         if key not in self._variants:
-            self._variants[key] = strip_variant(self._tok, *key)
+            self._variants[key] = chunk_variant(self._tok, *key)
         return self._variants[key]
 
     def normalize(self, chunk: Chunk) -> str:
@@ -107,10 +129,11 @@ class ChunkEncoder:
         groups: dict[tuple[bool, bool], list[int]] = {}
         for i, c in enumerate(chunks):
             groups.setdefault((c.first, c.last), []).append(i)
-        for idx in groups.values():
+        for (first, last), idx in groups.items():
             tok = self.tokenizer(chunks[idx[0]])
-            for i, enc in zip(idx, tok.encode_batch_fast([chunks[i].text for i in idx])):
-                out[i] = enc.ids
+            encoded = tok.encode_batch_fast([chunks[i].text for i in idx], add_special_tokens=False)
+            for i, enc in zip(idx, encoded):
+                out[i] = (self.prefix if first else []) + enc.ids + (self.suffix if last else [])
         return out
 
 
@@ -275,7 +298,7 @@ def build_shards(sources: list[TextSource], tok: BPETokenizer, out_dir: str | os
             nonlocal n_bytes
             for chunk, ids in zip(pending, encoder.encode(pending)):
                 writer.write(np.asarray(ids, dtype=dtype))
-                if chunk.last and chunk.index < len(sources) - 1:
+                if chunk.last and chunk.index < len(sources) - 1 and encoder.suffix[-1:] != [tok.eos_id]:
                     writer.write(np.array([tok.eos_id], dtype=dtype))  # documents separated by <eos>
                 n_bytes += chunk.end - chunk.start
                 bar.advance(chunk.end - chunk.start)

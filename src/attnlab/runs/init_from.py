@@ -35,6 +35,8 @@ CAUSAL_LM = "attnlab.models.causal_lm.CausalLM"
 LM_DATA = "attnlab.data.lm_datamodule.LMDataModule"
 
 
+# sizes the data may stay below: a model of 1024 positions fine-tunes on windows of 128
+UP_TO = ("max_len",)
 HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 
 
@@ -169,9 +171,12 @@ def apply(cfg: DictConfig, overrides: Any) -> None:
                 cfg[key] = value
             elif key != "_target_" and key in cfg.model.net and OmegaConf.is_interpolation(cfg.model.net, key):
                 source = str(OmegaConf.to_container(cfg.model.net, resolve=False)[key]).strip("${}")
-                if OmegaConf.select(cfg, source) != value:
-                    raise ConfigError(f"init_from={path}: its {key} is {value}, the data's ({source}) "
-                                      f"{OmegaConf.select(cfg, source)}: give {source}={value}")
+                given = OmegaConf.select(cfg, source)
+                if key in UP_TO and isinstance(given, int) and given <= value:
+                    cfg.model.net[key] = value  # (the folder's table: shorter windows use its first rows)
+                elif given != value:
+                    raise ConfigError(f"init_from={path}: its {key} is {value}, the data's ({source}) {given}: "
+                                      f"give {source}={value}{' or less' if key in UP_TO else ''}")
             elif key != "_target_":
                 cfg.model.net[key] = value
 
