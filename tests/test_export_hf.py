@@ -182,8 +182,8 @@ def test_another_family_through_the_command_is_one_line(tmp_path, cache_dir):
     out = run_entry(["-m", "attnlab.export", f"ckpt={FIXTURES / 'legacy_tts.ckpt'}", f"out={tmp_path / 'hf'}",
                      "format=hf", f"hydra.run.dir={tmp_path / 'run'}"], cache_dir)
     assert out.returncode == 2
-    assert "format=hf takes a causal language model (model=causal_lm) or a ViT (model=vit); this is TransformerTTS" \
-        in one_error_line(out.stdout, "format=hf")
+    assert ("format=hf takes a causal language model (model=causal_lm), a masked one (model=masked_lm) or a ViT "
+            "(model=vit); this is TransformerTTS") in one_error_line(out.stdout, "format=hf")
     assert not (tmp_path / "hf").exists() and not (tmp_path / "run").exists()
 
 

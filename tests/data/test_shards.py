@@ -299,9 +299,9 @@ def test_a_manifest_of_the_wrong_shape_is_rebuilt(tmp_path, manifest):
 
 @pytest.mark.parametrize("kind", folder_tokenizers.KINDS)
 def test_a_model_folders_tokenizer_streams_each_file_as_it_encodes_the_whole_file(kind, text_file, tmp_path):
-    """A GPT-2's or LLaMA's tokenizer (init_from=<folder>): a file cut in chunks gives the ids of encoding it
-    whole, so its prepended ``▁`` and its ``<s>`` come once, at the file's start, and files are separated by the
-    tokenizer's own end token."""
+    """A GPT-2's, LLaMA's or BERT's tokenizer (init_from=<folder>): a file cut in chunks gives the ids of encoding
+    it whole, so its prepended ``▁`` and its ``<s>`` (BERT's ``[CLS]`` and ``[SEP]``) come once, at the file's ends,
+    and files are separated by the tokenizer's own end token."""
     from attnlab.data.tokenizer import BPETokenizer
 
     text = text_file.read_bytes().decode("utf-8-sig")
@@ -316,4 +316,5 @@ def test_a_model_folders_tokenizer_streams_each_file_as_it_encodes_the_whole_fil
         f.write_bytes(text[i * 5000:(i + 1) * 5000 - 1].encode("utf-8"))
     build_shards([TextSource.from_file(f) for f in files], tok, tmp_path / "many", chunk_bytes=512)
     parts = [tok.encode(f.read_bytes().decode("utf-8")) for f in files]
-    assert stream(tmp_path / "many").tolist() == parts[0] + [tok.eos_id] + parts[1] + [tok.eos_id] + parts[2]
+    between = [] if parts[0][-1] == tok.eos_id else [tok.eos_id]  # (BERT's [SEP] already ends each text)
+    assert stream(tmp_path / "many").tolist() == parts[0] + between + parts[1] + between + parts[2]

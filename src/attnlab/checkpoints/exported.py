@@ -112,7 +112,8 @@ def hf_layout(net: dict, layout: str = "auto") -> str:
 
     kinds = layouts_for(net)
     if not kinds:
-        raise OptionError(f"format=hf takes a causal language model (model=causal_lm) or a ViT (model=vit); this is "
+        raise OptionError(f"format=hf takes a causal language model (model=causal_lm), a masked one "
+                          f"(model=masked_lm) or a ViT (model=vit); this is "
                           f"{str(net.get('_target_')).rsplit('.', 1)[-1]}: format=safetensors takes every model")
     fits = fitting_layouts(net)
     if layout == "auto":
@@ -140,30 +141,47 @@ def write_hf(ckpt: dict, out: Path, layout: str = "auto", dtype: str = "fp32") -
     net = (ckpt.get("hyper_parameters") or {}).get("net") or {}
     layout = hf_layout(net, layout)
     state = {k.removeprefix("net."): v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}
-    names = _special_names(ckpt.get("tokenizer")) if layout != "vit" else {}
-    ids = {f"{role}_token_id": i for role, (_, i) in names.items() if role != "unk"}
+    tokenizer = ckpt.get("tokenizer")
+    if layout == "bert" and isinstance(tokenizer, str) and net.get("mask_id") is None:
+        tokenizer = _with_mask_token(tokenizer, int(state["embed.weight"].shape[0]) - 1)
+    names = _special_names(tokenizer) if layout != "vit" else {}
+    ids = {f"{role}_token_id": i for role, (_, i) in names.items() if role not in ("unk", "mask")}
     files: dict[str, bytes | str] = {
         WEIGHTS: st.save(_tensors(hf_tensors(net, state, layout), dtype), metadata={"format": "pt"}),
         "config.json": json.dumps(hf_config(net, state, layout, dtype, ids), indent=1, sort_keys=True) + "\n",
     }
     if ids:
         files["generation_config.json"] = json.dumps(ids, indent=1) + "\n"
-    if isinstance(ckpt.get("tokenizer"), str):
+    if isinstance(tokenizer, str):
         tokens = {f"{role}_token": name for role, (name, _) in names.items()}
-        files[TOKENIZER] = ckpt["tokenizer"]
+        files[TOKENIZER] = tokenizer
         files["tokenizer_config.json"] = json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", **tokens,
                                                      "model_max_length": int(net["max_len"])}, indent=1) + "\n"
     return _write_folder(out, files), layout
 
 
+def _with_mask_token(tokenizer: str, row: int) -> str:
+    """attnlab's tokenizer (``tokenizer.json`` text) with a ``<mask>`` token at id ``row``, the masked LM's own
+    [MASK] row, so that the folder's tokenizer names it as BERT's does. A tokenizer smaller than the model's
+    vocabulary gets unused tokens in between (as BERT has them): ``tokenizers`` numbers added tokens in order."""
+    from tokenizers import AddedToken, Tokenizer
+
+    tok = Tokenizer.from_str(tokenizer)
+    size = tok.get_vocab_size(with_added_tokens=True)
+    tok.add_special_tokens([AddedToken(f"<unused{i}>", special=True, normalized=False) for i in range(row - size)]
+                           + [AddedToken("<mask>", special=True, normalized=False)])
+    assert tok.token_to_id("<mask>") == row, (tok.token_to_id("<mask>"), row)
+    return tok.to_str()
+
+
 def _special_names(tokenizer: Any) -> dict[str, tuple[str, int]]:
-    """``role -> (token, id)`` for pad, bos, eos, unk: the tokenizer's own (a model folder's, found by name), else
-    attnlab's; a role the tokenizer has no token for (GPT-2 has no pad: its end token stands in) is left out."""
-    from ..core.special_tokens import SPECIAL_TOKENS, special_ids
+    """``role -> (token, id)`` for pad, bos, eos, unk (and mask, where it has one): the tokenizer's own (a model
+    folder's, found by name), else attnlab's; a role the tokenizer has no token for (GPT-2 has no pad: its end
+    token stands in) is left out."""
+    from ..core.special_tokens import SPECIAL_TOKENS, mask_id, special_ids, specials_in
 
     try:
-        added = (json.loads(tokenizer).get("added_tokens") or []) if isinstance(tokenizer, str) else []
-        specials = {t["content"]: t["id"] for t in added if t.get("special", True)}
+        specials = specials_in(tokenizer) if isinstance(tokenizer, str) else {}
     except (ValueError, KeyError, TypeError, AttributeError):
         specials = {}
     ids = special_ids(specials)
@@ -173,6 +191,8 @@ def _special_names(tokenizer: Any) -> dict[str, tuple[str, int]]:
         assert ids is not None
     by_id = {i: token for token, i in specials.items()}
     stand_ins = {role for role in ("pad", "unk") if ids[role] == ids["eos"]}
+    if (mask := mask_id(specials)) is not None:
+        ids = {**ids, "mask": mask}
     return {role: (by_id[i], i) for role, i in ids.items() if role not in stand_ins and i in by_id}
 
 
@@ -207,6 +227,20 @@ def read_exported(folder: Path) -> dict:
     return contents
 
 
+def folder_specials(folder: Path) -> dict[str, int]:
+    """name -> id of the special tokens of a folder's ``tokenizer.json`` (none without one); one line for a file
+    that cannot be read."""
+    from ..core.special_tokens import specials_in
+
+    path = folder / TOKENIZER
+    if not path.is_file():
+        return {}
+    try:
+        return specials_in(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"{path} cannot be read: {e}") from None
+
+
 def read_hf(folder: Path) -> tuple[dict, dict, str]:
     """A causal language model folder that ``transformers`` wrote (``save_pretrained``, or this module's
     :func:`write_hf`) as ``(attnlab net config, its weights without the net. prefix, layout)``: ``config.json`` and
@@ -220,7 +254,7 @@ def read_hf(folder: Path) -> tuple[dict, dict, str]:
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise CheckpointError(f"{folder / 'config.json'} cannot be read: {e}") from None
     try:
-        net = net_from_hf(config)
+        net = net_from_hf(config, folder_specials(folder))
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{folder}: {config.get('architectures') or config.get('model_type')} has no attnlab "
                               f"counterpart: {e}") from None

@@ -29,17 +29,22 @@ from __future__ import annotations
 
 from typing import Any
 
-LAYOUTS = ("gpt2", "llama", "qwen3", "mixtral", "vit")
+LAYOUTS = ("gpt2", "llama", "qwen3", "mixtral", "vit", "bert")
 MOE = "attnlab.modules.moe.mixture_of_experts"
 CAUSAL_LM, VIT = "attnlab.models.causal_lm.CausalLM", "attnlab.models.vit.VisionTransformer"
-NET_OF = {"gpt2": CAUSAL_LM, "llama": CAUSAL_LM, "qwen3": CAUSAL_LM, "mixtral": CAUSAL_LM, "vit": VIT}  # its net
-STACK = {"gpt2": "decoder", "llama": "decoder", "qwen3": "decoder", "mixtral": "decoder", "vit": "encoder"}
+MASKED_LM = "attnlab.models.masked_lm.MaskedLM"
+NET_OF = {"gpt2": CAUSAL_LM, "llama": CAUSAL_LM, "qwen3": CAUSAL_LM, "mixtral": CAUSAL_LM, "vit": VIT,
+          "bert": MASKED_LM}  # its net
+STACK = {"gpt2": "decoder", "llama": "decoder", "qwen3": "decoder", "mixtral": "decoder", "vit": "encoder",
+         "bert": "encoder"}
 LAYER_NORMS = {"torch.nn.LayerNorm"}
 RMS_NORMS = {"attnlab.modules.norm.RMSNorm", "torch.nn.RMSNorm"}
 LEARNED, ROTARY = "attnlab.modules.positional.LearnedPositions", "attnlab.modules.positional.RotaryPositions"
 # an activation class (with its arguments) -> transformers' name for it (ACT2FN)
 ACTIVATIONS = {("torch.nn.GELU", "none"): "gelu", ("torch.nn.GELU", "tanh"): "gelu_new",
                ("torch.nn.ReLU", None): "relu", ("torch.nn.SiLU", None): "silu"}
+# the masked LM's head transform activation (models.masked_lm.HEAD_ACTIVATIONS) -> transformers' name
+HEAD_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
 
 
 def _target(node: Any) -> str | None:
@@ -62,7 +67,9 @@ def misfits(net: dict, layout: str) -> list[str]:
     out = []
     if not net.get("causal", True):
         out.append("model.net.causal=false (the layout masks the future)")
-    if norm.get("placement", "pre") != "pre":
+    if layout == "bert" and norm.get("placement", "pre") != "post":
+        out.append(f"norm={norm.get('placement', 'pre')} (BERT normalizes after each residual: norm=post)")
+    elif layout != "bert" and norm.get("placement", "pre") != "pre":
         out.append(f"norm={norm.get('placement')} (the layout normalizes before each sublayer)")
     moe = net.get("moe") or {}
     if moe and layout != "mixtral":
@@ -100,6 +107,19 @@ def misfits(net: dict, layout: str) -> list[str]:
             out.append("ffn not gated (LLaMA: down(act(gate(x)) * up(x)))")
         if _target(pos) != ROTARY:
             out.append(f"pos={str(_target(pos)).rsplit('.', 1)[-1]} (LLaMA: rotary)")
+    elif layout == "bert":  # BertForMaskedLM: its embedding norm, one token type, the head's transform and bias
+        out += _original_transformer("BERT", net, layer, gated)
+        for key, want in (("embed_norm", "true"), ("head_bias", "true")):
+            if not net.get(key):
+                out.append(f"model.net.{key}=false (BERT: {key}={want})")
+        if int(net.get("token_types") or 0) < 1:
+            out.append("model.net.token_types=0 (BERT adds token type 0: token_types=2)")
+        transform = net.get("head_transform")
+        if transform is None:
+            out.append("model.net.head_transform=null (BERT's head: dense, activation, norm)")
+        elif act is not None and HEAD_ACTIVATIONS.get(transform) != act:
+            out.append(f"model.net.head_transform={transform} (BERT's head uses the feed-forward's activation, "
+                       f"{act})")
     else:  # vit: ViTForImageClassification
         if net.get("pool") != "cls":
             out.append(f"model.net.pool={net.get('pool')} (ViTForImageClassification reads the class token: pool=cls)")
@@ -145,6 +165,15 @@ def hf_config(net: dict, state: dict, layout: str, dtype: str, special: dict[str
     s, norm = _sizes(net, state, layout), net.get("norm") or {}
     eps = float((norm.get("layer") or {}).get("eps", 1e-5))
     kind = {"fp32": "float32", "bf16": "bfloat16"}[dtype]
+    if layout == "bert":  # (its vocabulary: the table's rows, attnlab's [MASK] row included)
+        return {"architectures": ["BertForMaskedLM"], "model_type": "bert", "vocab_size": int(
+                state["embed.weight"].shape[0]), "hidden_size": s["d"], "num_hidden_layers": s["layers"],
+                "num_attention_heads": s["heads"], "intermediate_size": s["hidden"],
+                "hidden_act": _activation(net["ffn"]), "hidden_dropout_prob": float(net.get("dropout", 0.0)),
+                "attention_probs_dropout_prob": float(net.get("attn_dropout", 0.0)),
+                "max_position_embeddings": int(net["max_len"]), "type_vocab_size": int(net["token_types"]),
+                "layer_norm_eps": eps, "position_embedding_type": "absolute",
+                "tie_word_embeddings": bool(net.get("tie_embeddings", True)), "dtype": kind, **special}
     if layout == "vit":  # (layer_norm_eps: transformers' ViT default is 1e-12, attnlab's LayerNorm 1e-5)
         return {"architectures": ["ViTForImageClassification"], "model_type": "vit", "hidden_size": s["d"],
                 "num_hidden_layers": s["layers"], "num_attention_heads": s["heads"], "intermediate_size": s["hidden"],
@@ -189,13 +218,20 @@ def hf_config(net: dict, state: dict, layout: str, dtype: str, special: dict[str
 # carry their .weight and .bias; the q|k|v rows are split apart from the table (QKV).
 WHOLE = {"gpt2": [("embed.weight", "transformer.wte.weight"), ("positions.table", "transformer.wpe.weight")],
          **{name: [("embed.weight", "model.embed_tokens.weight")] for name in ("llama", "qwen3", "mixtral")},
-         "vit": [("cls_token", "vit.embeddings.cls_token"), ("positions.table", "vit.embeddings.position_embeddings")]}
+         "vit": [("cls_token", "vit.embeddings.cls_token"), ("positions.table", "vit.embeddings.position_embeddings")],
+         "bert": [("embed.weight", "bert.embeddings.word_embeddings.weight"),
+                  ("positions.table", "bert.embeddings.position_embeddings.weight"),
+                  ("type_embed.weight", "bert.embeddings.token_type_embeddings.weight"),
+                  ("head.bias", "cls.predictions.bias")]}
 AROUND = {"gpt2": [], "llama": [], "qwen3": [], "mixtral": [],  # modules outside the layers
           "vit": [("patch_embed.proj", "vit.embeddings.patch_embeddings.projection", False), ("head", "classifier",
-                                                                                                False)]}
+                                                                                                False)],
+          "bert": [("embed_norm", "bert.embeddings.LayerNorm", False),
+                   ("head_transform.dense", "cls.predictions.transform.dense", False),
+                   ("head_transform.norm", "cls.predictions.transform.LayerNorm", False)]}
 # (ViT: the names save_pretrained writes, which every transformers version reads; version 5 renames them in memory)
 BLOCK = {"gpt2": "transformer.h", "llama": "model.layers", "qwen3": "model.layers", "mixtral": "model.layers",
-         "vit": "vit.encoder.layer"}
+         "vit": "vit.encoder.layer", "bert": "bert.encoder.layer"}
 PER_LAYER = {
     "gpt2": [("sa_norm", "ln_1", False), ("self_attn.qkv_proj", "attn.c_attn", True),  # GPT-2's Conv1D: x @ W
              ("self_attn.out_proj", "attn.c_proj", True), ("ffn_norm", "ln_2", False),
@@ -207,6 +243,10 @@ PER_LAYER = {
     "vit": [("sa_norm", "layernorm_before", False), ("self_attn.out_proj", "attention.output.dense", False),
             ("ffn_norm", "layernorm_after", False), ("ffn.up_proj", "intermediate.dense", False),
             ("ffn.down_proj", "output.dense", False)],
+    # post-norm: attnlab's sa_norm follows the attention's residual add, as BERT's attention.output.LayerNorm does
+    "bert": [("self_attn.out_proj", "attention.output.dense", False), ("sa_norm", "attention.output.LayerNorm", False),
+             ("ffn.up_proj", "intermediate.dense", False), ("ffn.down_proj", "output.dense", False),
+             ("ffn_norm", "output.LayerNorm", False)],
 }
 PER_LAYER["qwen3"] = [*PER_LAYER["llama"], ("self_attn.q_norm", "self_attn.q_norm", False),
                       ("self_attn.k_norm", "self_attn.k_norm", False)]
@@ -215,11 +255,18 @@ PER_LAYER["qwen3"] = [*PER_LAYER["llama"], ("self_attn.q_norm", "self_attn.q_nor
 PER_LAYER["mixtral"] = [*PER_LAYER["llama"][:3], ("ffn.router", "block_sparse_moe.gate", False)]
 EXPERT = [("gate_proj", "w1"), ("up_proj", "w3"), ("down_proj", "w2")]
 FINAL = {"gpt2": "transformer.ln_f", "llama": "model.norm", "qwen3": "model.norm", "mixtral": "model.norm",
-         "vit": "vit.layernorm"}
+         "vit": "vit.layernorm", "bert": None}  # (post-norm: no final norm)
+# an untied head's weight (a tied one is the token table, not written)
+HEAD = {"gpt2": "lm_head.weight", "llama": "lm_head.weight", "qwen3": "lm_head.weight", "mixtral": "lm_head.weight",
+        "bert": "cls.predictions.decoder.weight"}
+# BERT's untied head computes with its decoder's own bias; cls.predictions.bias is then read by nothing (it is the
+# decoder's only when tied), and is written as the decoder's
+UNTIED_BIAS = {"bert": "cls.predictions.decoder.bias"}
 QKV = {"llama": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
        "qwen3": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
        "mixtral": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-       "vit": ("attention.attention.query", "attention.attention.key", "attention.attention.value")}
+       "vit": ("attention.attention.query", "attention.attention.key", "attention.attention.value"),
+       "bert": ("attention.self.query", "attention.self.key", "attention.self.value")}
 # tensors whose shape differs: the layout's is attnlab's with a leading 1 (ViT's (1, T, D) position table)
 BATCHED = {"vit.embeddings.position_embeddings"}
 
@@ -230,8 +277,9 @@ def _modules(layout: str, layers: int, experts: int = 0) -> list[tuple[str, str,
     stack, block = STACK[layout], BLOCK[layout]
     per_layer = [*PER_LAYER[layout], *((f"ffn.experts.{e}.{ours}", f"block_sparse_moe.experts.{e}.{theirs}", False)
                                        for e in range(experts) for ours, theirs in EXPERT)]
+    final = [(f"{stack}.final_norm", FINAL[layout], False)] if FINAL[layout] else []
     return [(f"{stack}.layers.{i}.{ours}", f"{block}.{i}.{theirs}", t) for i in range(layers)
-            for ours, theirs, t in per_layer] + [(f"{stack}.final_norm", FINAL[layout], False), *AROUND[layout]]
+            for ours, theirs, t in per_layer] + [*final, *AROUND[layout]]
 
 
 def _moved(source: dict, pairs: list[tuple[str, str, bool]]) -> dict:
@@ -261,8 +309,10 @@ def hf_tensors(net: dict, state: dict, layout: str) -> dict:
                 if fused is not None:
                     for name, part in zip(QKV[layout], fused.split(_qkv_rows(s), dim=0)):
                         out[f"{BLOCK[layout]}.{i}.{name}.{suffix}"] = part
-    if layout != "vit" and not net.get("tie_embeddings", True):
-        out["lm_head.weight"] = state["head.weight"]
+    if layout in HEAD and not net.get("tie_embeddings", True):
+        out[HEAD[layout]] = state["head.weight"]
+        if layout in UNTIED_BIAS:
+            out[UNTIED_BIAS[layout]] = state["head.bias"]
     return out
 
 
@@ -285,9 +335,10 @@ def _ffn(activation: str, gated: bool, hidden: int, d: int, bias: bool) -> dict:
             "bias": bias}
 
 
-def net_from_hf(config: dict) -> dict:
-    """attnlab's CausalLM config for a transformers ``config.json`` (GPT-2 or LLaMA); ValueError naming what has
-    no counterpart."""
+def net_from_hf(config: dict, specials: dict[str, int] | None = None) -> dict:
+    """attnlab's net config for a transformers ``config.json`` (its ``model_type``: one of :data:`LAYOUTS`);
+    ValueError naming what has no counterpart. ``specials``: the special tokens of the folder's tokenizer (name ->
+    id), where the net needs one (a BERT's ``[MASK]``)."""
     kind = config.get("model_type")
     attn = {"_target_": "attnlab.modules.attention.MultiHeadAttention", "_partial_": True, "kv_heads": None,
             "qk_norm": False, "window": None, "scaled": True}
@@ -354,7 +405,37 @@ def net_from_hf(config: dict) -> dict:
                                                        "eps": float(config.get("layer_norm_eps", 1e-12))}},
                 "ffn": _ffn(config.get("hidden_act", "gelu"), False, int(config["intermediate_size"]), d, True),
                 "moe": {}, "attn": attn, "pos": {"_target_": LEARNED, "_partial_": True}, "init": "xavier"}
+    if kind == "bert":
+        return _bert_net(config, specials or {})
     raise ValueError(f"model_type={kind!r} (attnlab reads {', '.join(LAYOUTS)})")
+
+
+def _bert_net(config: dict, specials: dict[str, int]) -> dict:
+    from ..core.special_tokens import MASK_NAMES, mask_id
+
+    if config.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"position_embedding_type={config['position_embedding_type']} (attnlab: absolute)")
+    if config.get("is_decoder") or config.get("add_cross_attention"):
+        raise ValueError("is_decoder=true (attnlab's masked LM is an encoder)")
+    mask = mask_id(specials)
+    if mask is None:
+        raise ValueError(f"its tokenizer.json has no mask token ({' or '.join(MASK_NAMES)})")
+    d, act = int(config["hidden_size"]), config.get("hidden_act", "gelu")
+    transform = {v: k for k, v in HEAD_ACTIVATIONS.items()}.get(act)
+    if transform is None:
+        raise ValueError(f"hidden_act={act!r} (attnlab has {', '.join(HEAD_ACTIVATIONS.values())})")
+    eps = float(config.get("layer_norm_eps", 1e-12))
+    return {"_target_": MASKED_LM, "vocab_size": int(config["vocab_size"]), "mask_id": mask, "d_model": d,
+            "n_layers": int(config["num_hidden_layers"]), "n_heads": int(config["num_attention_heads"]),
+            "max_len": int(config["max_position_embeddings"]), "dropout": float(config.get("hidden_dropout_prob", 0.1)),
+            "attn_dropout": float(config.get("attention_probs_dropout_prob", 0.1)), "bias": True,
+            "tie_embeddings": bool(config.get("tie_word_embeddings", True)), "init": "gpt2",
+            "norm": {"placement": "post", "layer": {"_target_": "torch.nn.LayerNorm", "_partial_": True, "eps": eps}},
+            "ffn": _ffn(act, False, int(config["intermediate_size"]), d, True), "moe": {},
+            "attn": {"_target_": "attnlab.modules.attention.MultiHeadAttention", "_partial_": True, "kv_heads": None,
+                     "qk_norm": False, "window": None, "scaled": True},
+            "pos": {"_target_": LEARNED, "_partial_": True}, "embed_norm": True,
+            "token_types": int(config.get("type_vocab_size", 2)), "head_transform": transform, "head_bias": True}
 
 
 def tensors_from_hf(net: dict, theirs: dict, layout: str) -> dict:
@@ -373,6 +454,8 @@ def tensors_from_hf(net: dict, theirs: dict, layout: str) -> dict:
                 parts = [theirs.get(f"{BLOCK[layout]}.{i}.{name}.{suffix}") for name in QKV[layout]]
                 if parts[0] is not None:
                     out[f"{STACK[layout]}.layers.{i}.self_attn.qkv_proj.{suffix}"] = torch.cat(parts, dim=0)
-    if layout != "vit":
-        out["head.weight"] = out["embed.weight"] if net.get("tie_embeddings", True) else theirs["lm_head.weight"]
+    if layout in HEAD:
+        out["head.weight"] = out["embed.weight"] if net.get("tie_embeddings", True) else theirs[HEAD[layout]]
+        if layout in UNTIED_BIAS and not net.get("tie_embeddings", True):
+            out["head.bias"] = theirs[UNTIED_BIAS[layout]]
     return out

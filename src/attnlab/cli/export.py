@@ -2,8 +2,9 @@
 
 The checkpoint is read as every entry point reads one (the trusted read, the task built and its weights loaded
 strictly, an older layout's names upgraded), then written as a folder with no pickle in it
-(:mod:`attnlab.checkpoints.exported`) that every entry point loads where it loads a checkpoint, or (``format=hf``,
-a causal language model) as a Hugging Face ``transformers`` folder (:mod:`attnlab.checkpoints.hf_layouts`). Options and the
+(:mod:`attnlab.checkpoints.exported`) that every entry point loads where it loads a checkpoint, or (``format=hf``:
+a causal or masked language model, a ViT) as a Hugging Face ``transformers`` folder
+(:mod:`attnlab.checkpoints.hf_layouts`). Options and the
 output folder are checked before the checkpoint is read; nothing is written unless the whole export is.
 """
 
@@ -59,7 +60,9 @@ def export(ckpt: str | Path, out: Path, dtype: str = "fp32", format: str = "safe
     upgraded = {**contents, "hyper_parameters": dict(task.hparams), "state_dict": task.state_dict()}
     if format == "hf":
         written, chosen = write_hf(upgraded, out, layout, dtype)
-        log.info(f"format=hf: the {chosen} layout (AutoModelForCausalLM.from_pretrained('{out}') loads it)")
+        loader = {"vit": "AutoModelForImageClassification", "bert": "AutoModelForMaskedLM"}.get(chosen,
+                                                                                               "AutoModelForCausalLM")
+        log.info(f"format=hf: the {chosen} layout ({loader}.from_pretrained('{out}') loads it)")
         return written
     return write_exported(upgraded, out, dtype)
 

@@ -15,20 +15,41 @@ from __future__ import annotations
 SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<bos>", "<eos>", "<unk>")
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(len(SPECIAL_TOKENS))
 
-# the names the field gives its end- and start-of-text tokens, in the order they are looked for
-END_NAMES: tuple[str, ...] = ("<eos>", "</s>", "<|endoftext|>", "<|end_of_text|>")
-START_NAMES: tuple[str, ...] = ("<bos>", "<s>", "<|begin_of_text|>")
+# the names the field gives its special tokens, in the order they are looked for (BERT's end a text with [SEP] and
+# start it with [CLS])
+END_NAMES: tuple[str, ...] = ("<eos>", "</s>", "<|endoftext|>", "<|end_of_text|>", "[SEP]")
+START_NAMES: tuple[str, ...] = ("<bos>", "<s>", "<|begin_of_text|>", "[CLS]")
+PAD_NAMES, UNK_NAMES, MASK_NAMES = ("<pad>", "[PAD]"), ("<unk>", "[UNK]"), ("[MASK]", "<mask>")
+
+
+def _first(specials: dict[str, int], names: tuple[str, ...], default: int | None = None) -> int | None:
+    return next((specials[n] for n in names if n in specials), default)
 
 
 def special_ids(specials: dict[str, int]) -> dict[str, int] | None:
     """``{"pad", "bos", "eos", "unk"} -> id`` of a tokenizer whose special tokens are ``specials`` (name -> id): this
     repo's at 0-3, or another's found by name (no pad or unk token: its end token stands in); None when it has no
     end-of-text token."""
-    eos = next((specials[n] for n in END_NAMES if n in specials), None)
+    eos = _first(specials, END_NAMES)
     if eos is None:
         return None
-    bos = next((specials[n] for n in START_NAMES if n in specials), eos)
-    return {"pad": specials.get("<pad>", eos), "bos": bos, "eos": eos, "unk": specials.get("<unk>", eos)}
+    return {"pad": _first(specials, PAD_NAMES, eos), "bos": _first(specials, START_NAMES, eos), "eos": eos,
+            "unk": _first(specials, UNK_NAMES, eos)}
+
+
+def mask_id(specials: dict[str, int]) -> int | None:
+    """The id of a tokenizer's mask token (a BERT's ``[MASK]``); None when it has none (attnlab's: the masked LM
+    gives it a row of its own)."""
+    return _first(specials, MASK_NAMES)
+
+
+def specials_in(tokenizer_json: str) -> dict[str, int]:
+    """name -> id of the special tokens a ``tokenizer.json`` text adds; ValueError (or KeyError, TypeError) for a
+    text that is not one."""
+    import json
+
+    added = json.loads(tokenizer_json).get("added_tokens") or []
+    return {t["content"]: int(t["id"]) for t in added if t.get("special", True)}
 
 
 def is_own(specials: dict[str, int]) -> bool:

@@ -112,7 +112,11 @@ class TokenTransformer(TransformerModel):
         if offset + ids.shape[1] > self.max_len:
             raise ValueError(f"sequence of {offset + ids.shape[1]} tokens exceeds max_len={self.max_len}")
         positions = self.stack_positions if positions is None else positions
-        return self.drop(positions.add(self.embed(ids), offset))
+        return self.drop(self.around_embedding(positions.add(self.embed(ids), offset)))
+
+    def around_embedding(self, x: Tensor) -> Tensor:
+        """What a family adds to the summed embedding before the dropout (BERT: a token type and a norm)."""
+        return x
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
         """An encoder-decoder's source: src (B, S), src_mask (B, S) True = real token -> memory (B, S, D)."""

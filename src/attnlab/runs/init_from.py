@@ -9,11 +9,11 @@ silently overruled, and a value the model takes from the data (``image_size: ${d
 the data. The weights are loaded once the model is built (:func:`load_weights`), strictly, and only into a fresh
 run: a resumed one continues from its own checkpoint.
 
-A causal language model's folder brings its tokenizer (``tokenizer.json``): the data module encodes the corpus with
-it instead of training one (``data.tokenizer``), at the folder's vocabulary size. Its special tokens are attnlab's,
-or the folder's own (a GPT-2's ``<|endoftext|>``, a LLaMA's ``<s>``/``</s>``), found by name and checked against
-the ids its ``config.json`` gives (:func:`attnlab.core.special_tokens.special_ids`). Not yet: the other models whose
-ids come from a tokenizer (masked LM, translation).
+A language model's folder (causal, or masked: a BERT) brings its tokenizer (``tokenizer.json``): the data module
+encodes the corpus with it instead of training one (``data.tokenizer``), at the folder's vocabulary size. Its special
+tokens are attnlab's, or the folder's own (a GPT-2's ``<|endoftext|>``, a LLaMA's ``<s>``/``</s>``, a BERT's
+``[CLS]``/``[SEP]``/``[MASK]``), found by name and checked against the ids its ``config.json`` gives
+(:func:`attnlab.core.special_tokens.special_ids`). Not yet: translation, whose data module trains its tokenizers.
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from ..checkpoints.exported import SETTINGS, TOKENIZER, is_exported
 from ..core.errors import ConfigError
-from ..core.special_tokens import END_NAMES, special_ids
+from ..core.special_tokens import END_NAMES, special_ids, specials_in
 
 GROUPS = ("norm", "ffn", "moe", "attn", "pos")
 CAUSAL_LM = "attnlab.models.causal_lm.CausalLM"
+MASKED_LM = "attnlab.models.masked_lm.MaskedLM"
+LANGUAGE_MODELS = (CAUSAL_LM, MASKED_LM)  # (their folders bring the tokenizer their ids are of)
 LM_DATA = "attnlab.data.lm_datamodule.LMDataModule"
 
 
@@ -76,8 +78,10 @@ def folder_net(path: str | Path) -> dict:
             raise ConfigError(f"{where}: {folder / SETTINGS} holds no net config ({e})") from None
     elif (folder / "config.json").is_file():
         try:
-            net = net_from_hf(json.loads((folder / "config.json").read_text(encoding="utf-8")))
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            specials = specials_in((folder / TOKENIZER).read_text(encoding="utf-8")) \
+                if (folder / TOKENIZER).is_file() else {}
+            net = net_from_hf(json.loads((folder / "config.json").read_text(encoding="utf-8")), specials)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ConfigError(f"{where}: its config.json has no attnlab counterpart: {e}") from None
     elif folder.is_dir():
         raise ConfigError(f"{where}: the folder holds neither {SETTINGS} (an attnlab export) nor config.json "
@@ -86,13 +90,13 @@ def folder_net(path: str | Path) -> dict:
         raise ConfigError(f"{where}: no such folder")
     if not isinstance(net, dict) or not isinstance(net.get("_target_"), str):
         raise ConfigError(f"{where}: its net config names no model class")
-    if net["_target_"] == CAUSAL_LM:
+    if net["_target_"] in LANGUAGE_MODELS:
         _check_tokenizer(folder, where, net)
     elif (folder / TOKENIZER).is_file() or "vocab_size" in net and net["_target_"] != "attnlab.models." \
             "sequence_classifier.SequenceClassifier":
         raise ConfigError(f"{where}: a {net['_target_'].rsplit('.', 1)[-1]} reads token ids from a tokenizer its "
-                          f"data module trains: only a causal language model's folder can start a run with its own "
-                          f"tokenizer yet")
+                          f"data module trains: only a language model's folder (causal or masked) can start a run "
+                          f"with its own tokenizer yet")
     return net
 
 
@@ -104,8 +108,7 @@ def _check_tokenizer(folder: Path, where: str, net: dict) -> None:
         raise ConfigError(f"{where}: no {TOKENIZER}: a language model's weights need the tokenizer they were "
                           f"trained with")
     try:
-        specials = {t["content"]: t["id"] for t in json.loads(path.read_text(encoding="utf-8")).get("added_tokens", [])
-                    if t.get("special", True)}
+        specials = specials_in(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ConfigError(f"{where}: {path} cannot be read: {e}") from None
     ids = special_ids(specials)
@@ -160,7 +163,7 @@ def apply(cfg: DictConfig, overrides: Any) -> None:
     if given := _overridden(overrides):
         raise ConfigError(f"init_from={path} decides the model's parts and sizes (its config): drop {given[0]}")
     with open_dict(cfg):
-        if net["_target_"] == CAUSAL_LM:  # its ids are its tokenizer's: the data encodes with it, at its size
+        if net["_target_"] in LANGUAGE_MODELS:  # its ids are its tokenizer's: the data encodes with it, at its size
             if OmegaConf.select(cfg, "data._target_") != LM_DATA:
                 raise ConfigError(f"init_from={path}: a language model's folder needs text data (data=pydoc, or "
                                   f"data.source=text_file data.path=...)")

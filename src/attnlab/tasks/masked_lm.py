@@ -23,9 +23,11 @@ from .text import TextTask
 
 def mask_tokens(ids: Tensor, mask_id: int, mask_prob: float = 0.15, mask_share: float = 0.8,
                 random_share: float = 0.1, generator: torch.Generator | None = None,
-                first_token: int = len(SPECIAL_TOKENS)) -> tuple[Tensor, Tensor]:
+                random_ids: tuple[int, int] | None = None) -> tuple[Tensor, Tensor]:
     """``(inputs, chosen)``: ``ids`` with the chosen positions corrupted, and the boolean (B, T) choice (at least
-    one position). Random replacements are drawn from ``first_token`` .. ``mask_id - 1`` (no special token)."""
+    one position). Random replacements are drawn from ``random_ids`` (low, high exclusive; by default attnlab's
+    words: after its special tokens, before the [MASK] row)."""
+    low, high = random_ids or (len(SPECIAL_TOKENS), mask_id)
     draw = torch.rand((2, *ids.shape), generator=generator, device=ids.device)
     chosen = draw[0] < mask_prob
     if not chosen.any():
@@ -33,7 +35,7 @@ def mask_tokens(ids: Tensor, mask_id: int, mask_prob: float = 0.15, mask_share: 
     inputs = ids.clone()
     inputs[chosen & (draw[1] < mask_share)] = mask_id
     swap = chosen & (draw[1] >= mask_share) & (draw[1] < mask_share + random_share)
-    random = torch.randint(first_token, mask_id, ids.shape, generator=generator, device=ids.device)
+    random = torch.randint(low, high, ids.shape, generator=generator, device=ids.device)
     inputs[swap] = random[swap]
     return inputs, chosen
 
@@ -58,7 +60,8 @@ class MaskedLMTask(TextTask, Task):
         generator = None
         if stage != "train":  # the same positions every epoch
             generator = torch.Generator(ids.device).manual_seed(int(ids.sum()) % 2**62)
-        inputs, chosen = mask_tokens(ids, self.net.mask_id, generator=generator, **self.masking)
+        inputs, chosen = mask_tokens(ids, self.net.mask_id, generator=generator,
+                                     random_ids=self.net.random_ids, **self.masking)
         logits, target = self(inputs)[chosen], ids[chosen]
         nll = F.cross_entropy(logits, target)
         acc = (logits.argmax(-1) == target).float().mean()
