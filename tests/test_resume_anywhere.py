@@ -137,6 +137,7 @@ def _check_chain(chain: list[dict], mode: str, straight_run: Path, tmp_path: Pat
         if fault["signal"] != "SIGKILL":  # a stop the run saw: marked as such, in training and in the test alike
             status = json.loads((_only_run(log_dir) / "job_status.json").read_text())
             assert status["status"] == "interrupted" and fault["signal"] in status["error"], status
+            assert status["error"].endswith(f"continue with resume={_only_run(log_dir)}"), status
             assert not (_only_run(log_dir) / "metrics.json").exists()
     # the last part with threads=auto and no OMP_NUM_THREADS (the tests set it): it keeps the earlier parts' threads
     r = _run(base, log_dir, cache_dir, resume=True, env={"OMP_NUM_THREADS": ""})
@@ -225,6 +226,8 @@ def test_a_sweep_stopped_before_a_jobs_test_says_so_and_starts_no_other_job(sign
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name.isdigit()) == ["0"]
     status = json.loads((sweep / "0" / "job_status.json").read_text())
     assert status["status"] == "interrupted" and signal in status["error"], status
+    assert status["error"].endswith(f"continue with resume={sweep}"), status  # the sweep's folder, not the job's
+    assert f"continue with resume={sweep}\n" in out.stdout.replace("\x1b[0m", "")
     summary = (sweep / "sweep_summary.md").read_text()
     assert summary.startswith(f"Sweep stopped by {signal} after 1 job(s): 0 completed, 1 interrupted"), summary
     assert "after training, before the test: not tested" in out.stdout

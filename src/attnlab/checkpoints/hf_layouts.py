@@ -1,6 +1,7 @@
 """A causal language model's weights in a Hugging Face ``transformers`` layout (GPT-2, LLaMA, Qwen3: LLaMA's with
-``q_norm``/``k_norm``, Mixtral: LLaMA's with a mixture of SwiGLU experts), chosen by its parts,
-and a ViT's as ``ViTForImageClassification`` (class-token pooling, learned positions: the tables below).
+``q_norm``/``k_norm``, Mixtral: LLaMA's with a mixture of SwiGLU experts), chosen by its parts, a ViT's as
+``ViTForImageClassification`` (class-token pooling, learned positions) and a masked language model's as
+``BertForMaskedLM`` (post-norm, BERT's embedding norm, token types and head transform): the tables below.
 
 Which layout a model can take is decided from its net config alone (the parts the config groups built), so a model
 whose parts have no counterpart is refused, naming the part and the layouts that part fits, before anything is

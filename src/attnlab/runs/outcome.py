@@ -107,13 +107,14 @@ def interrupted(cfg: DictConfig, signame: str, where: str) -> None:
     exit 0 (SIGTERM, SIGUSR1: a scheduler's requeue) or 130 (Ctrl+C, the shell's status for an interrupt). The
     machine is going away: a sweep stops here too; resume= continues this job (and runs its test)."""
     run_dir = Path(cfg.paths.output_dir)
+    again = Path(HydraConfig.get().sweep.dir) if in_sweep() else run_dir  # (a sweep is continued as a whole)
     if rank_zero():
-        write_job_status(run_dir, task_overrides(), interrupted=signame)
+        write_job_status(run_dir, task_overrides(), interrupted=signame, again=again)
     if submitit_jobs.requeues(signame):
         log.warning(f"stopped by {signame} {where}; submitit requeues the job, which continues from its last.ckpt")
         submitit_jobs.requeue(signame)  # (rank 0 does not come back)
     else:
-        log.warning(f"stopped by {signame} {where}; continue with {shell_override('resume', run_dir)}")
+        log.warning(f"stopped by {signame} {where}; continue with {shell_override('resume', again)}")
     stop_sweep(cfg, signame)
 
 

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..files.atomic import write_atomic
 from ..core.errors import DiskFullError
+from ..core.quoting import shell_override
 
 log = logging.getLogger(__name__)
 STATUS_FILE = "job_status.json"
@@ -87,9 +88,11 @@ def one_line(error: BaseException) -> str:
 
 
 def write_job_status(job_dir: str | Path, overrides, *, value: Any = None, error: BaseException | None = None,
-                     interrupted: str | None = None, pruned: BaseException | None = None) -> None:
+                     interrupted: str | None = None, pruned: BaseException | None = None,
+                     again: str | Path | None = None) -> None:
     """Record how this job ended, in its own directory (read back by :class:`SweepSummary`). ``interrupted``: the
-    signal that stopped it (preemption, Ctrl+C); ``resume=`` continues it and rewrites this file. ``pruned``: the
+    signal that stopped it (preemption, Ctrl+C); ``resume=<again>`` (the sweep's folder in a sweep, else the
+    run's: ``job_dir``) continues it and rewrites this file. ``pruned``: the
     Optuna pruner's stop (its epochs trained and of how many). Only rank 0 writes (another node's process of the
     same job: nothing)."""
     from .ddp import launching_process
@@ -100,7 +103,8 @@ def write_job_status(job_dir: str | Path, overrides, *, value: Any = None, error
         status = {"status": "pruned", "error": str(pruned), "epochs": getattr(pruned, "epochs", None),
                   "max_epochs": getattr(pruned, "max_epochs", None)}
     elif interrupted is not None:
-        status = {"status": "interrupted", "error": f"stopped by {interrupted}; continue with resume={job_dir}"}
+        status = {"status": "interrupted", "error": f"stopped by {interrupted}; continue with "
+                                                    f"{shell_override('resume', again or job_dir)}"}
     elif error is not None:
         status = {"status": "failed", "error": one_line(error)}
     elif isinstance(value, float) and math.isfinite(value):
