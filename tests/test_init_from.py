@@ -112,6 +112,11 @@ def test_an_attnlab_export_starts_a_run(tmp_path, cache_dir):
     ("lm_no_tokenizer", "no tokenizer.json: a language model's weights need the tokenizer they were trained with"),
     ("lm_no_end_token", "its tokenizer has no end-of-text token (one of <eos>, </s>, <|endoftext|>, <|end_of_text|>"),
     ("lm_config_disagrees", "its config.json gives eos_token_id=1, its tokenizer's eos token is id 2: they must agree"),
+    ("bert_no_tokenizer", "no tokenizer.json: a language model's weights need the tokenizer they were trained with"),
+    ("bert_no_mask_token", "its config.json has no attnlab counterpart: its tokenizer.json has no mask token ([MASK] "
+                           "or <mask>)"),
+    ("bert_damaged_tokenizer", "tokenizer.json cannot be read"),
+    ("bert_as_causal_lm", "holds a MaskedLM; model=causal_lm builds a CausalLM: choose its model="),
 ])
 def test_each_contradiction_is_one_line_before_anything_is_written(case, expected, library_vit, tmp_path,
                                                                    cache_dir):
@@ -148,8 +153,21 @@ def test_each_contradiction_is_one_line_before_anything_is_written(case, expecte
         if case == "lm_config_disagrees":
             config = json.loads((folder / "config.json").read_text())
             (folder / "config.json").write_text(json.dumps({**config, "eos_token_id": 1}))
+    elif case.startswith("bert_"):  # a BERT folder as transformers writes it, with its WordPiece tokenizer
+        from folder_tokenizers import library_folder
+
+        folder = tmp_path / "bert"
+        library_folder("bert", folder, ["the for statement is a loop over the items of a sequence"] * 20)
+        extra = ["model=causal_lm" if case == "bert_as_causal_lm" else "model=masked_lm", "data.seq_len=16"]
+        tokenizer = folder / "tokenizer.json"
+        if case == "bert_no_tokenizer":
+            tokenizer.unlink()
+        if case == "bert_no_mask_token":
+            tokenizer.write_text(tokenizer.read_text().replace('"[MASK]"', '"[MAKS]"'))
+        if case == "bert_damaged_tokenizer":
+            tokenizer.write_text(tokenizer.read_text()[:100])
     args = [*VIT, f"init_from={folder}", *extra, f"hydra.run.dir={tmp_path / 'run'}"]
-    out = run_cli([a for a in args if not (case == "family" or case.startswith("lm_")) or a != "model=vit"],
+    out = run_cli([a for a in args if not (case == "family" or case.startswith(("lm_", "bert_"))) or a != "model=vit"],
                   cache_dir)
     assert out.returncode == 2, out.stdout[-2000:]
     one_error_line(out.stdout, expected)

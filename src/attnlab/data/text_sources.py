@@ -7,8 +7,8 @@ order.
 Chunk boundaries and exactness: each file is cut into chunks of about ``chunk_bytes`` right before a line break
 (``\\n`` or ``\\r\\n``) that has a non-space character on both sides (and neither is one of the characters that
 ``data.normalize.remove`` turns into spaces). At such a cut the tokenizer's whole pipeline is local: Unicode
-normalization, case folding, the whitespace collapse (see ``shards.chunk_variant`` for its strip), the cut of long runs and
-GPT-2's byte-level split all treat ``…x`` + ``\\ny…`` exactly as they treat ``…x\\ny…``. So encoding the chunks one
+normalization, case folding, the whitespace collapse (see ``shards.chunk_variant`` for its strip), the cut of long
+runs and GPT-2's byte-level split all treat ``…x`` + ``\\ny…`` exactly as they treat ``…x\\ny…``. So encoding the chunks one
 by one gives, token for token, what encoding the whole file at once gives. A file with no such line break in
 ``SEARCH_FACTOR`` × ``chunk_bytes`` (one giant line) is cut at a character boundary instead, with a warning: the
 tokens next to that cut may differ from a whole-text encoding.

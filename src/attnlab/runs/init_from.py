@@ -34,6 +34,7 @@ GROUPS = ("norm", "ffn", "moe", "attn", "pos")
 CAUSAL_LM = "attnlab.models.causal_lm.CausalLM"
 MASKED_LM = "attnlab.models.masked_lm.MaskedLM"
 LANGUAGE_MODELS = (CAUSAL_LM, MASKED_LM)  # (their folders bring the tokenizer their ids are of)
+NO_TOKENIZER = "{where}: no tokenizer.json: a language model's weights need the tokenizer they were trained with"
 LM_DATA = "attnlab.data.lm_datamodule.LMDataModule"
 
 
@@ -67,7 +68,7 @@ def resolve(path: str | Path) -> Path:
 
 def folder_net(path: str | Path) -> dict:
     """The net config a model folder holds (torch-free: its JSON only); one line for a folder that holds none."""
-    from ..checkpoints.hf_layouts import net_from_hf
+    from ..checkpoints.hf_layouts import NET_OF, net_from_hf
 
     folder = resolve(path)
     where = f"init_from={path}"
@@ -78,10 +79,15 @@ def folder_net(path: str | Path) -> dict:
             raise ConfigError(f"{where}: {folder / SETTINGS} holds no net config ({e})") from None
     elif (folder / "config.json").is_file():
         try:
-            specials = specials_in((folder / TOKENIZER).read_text(encoding="utf-8")) \
-                if (folder / TOKENIZER).is_file() else {}
-            net = net_from_hf(json.loads((folder / "config.json").read_text(encoding="utf-8")), specials)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{where}: its config.json cannot be read: {e}") from None
+        has_tokenizer = (folder / TOKENIZER).is_file()
+        if not has_tokenizer and isinstance(config, dict) and NET_OF.get(config.get("model_type")) in LANGUAGE_MODELS:
+            raise ConfigError(NO_TOKENIZER.format(where=where))
+        try:
+            net = net_from_hf(config, _specials(folder, where) if has_tokenizer else {})
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ConfigError(f"{where}: its config.json has no attnlab counterpart: {e}") from None
     elif folder.is_dir():
         raise ConfigError(f"{where}: the folder holds neither {SETTINGS} (an attnlab export) nor config.json "
@@ -103,14 +109,9 @@ def folder_net(path: str | Path) -> dict:
 def _check_tokenizer(folder: Path, where: str, net: dict) -> None:
     """A causal LM's folder brings a tokenizer with an end-of-text token, at the id its ``config.json`` says, within
     the model's vocabulary (torch-free: the JSON files)."""
-    path = folder / TOKENIZER
-    if not path.is_file():
-        raise ConfigError(f"{where}: no {TOKENIZER}: a language model's weights need the tokenizer they were "
-                          f"trained with")
-    try:
-        specials = specials_in(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ConfigError(f"{where}: {path} cannot be read: {e}") from None
+    if not (folder / TOKENIZER).is_file():
+        raise ConfigError(NO_TOKENIZER.format(where=where))
+    specials = _specials(folder, where)
     ids = special_ids(specials)
     if ids is None:
         raise ConfigError(f"{where}: its tokenizer has no end-of-text token (one of {', '.join(END_NAMES)}; its "
@@ -125,6 +126,15 @@ def _check_tokenizer(folder: Path, where: str, net: dict) -> None:
     if (vocab := net.get("vocab_size")) is not None and max(ids.values()) >= vocab:
         raise ConfigError(f"{where}: its tokenizer's special token id {max(ids.values())} is outside the model's "
                           f"vocabulary ({vocab})")
+
+
+def _specials(folder: Path, where: str) -> dict[str, int]:
+    """name -> id of the special tokens of the folder's tokenizer; one line for a file that cannot be read."""
+    path = folder / TOKENIZER
+    try:
+        return specials_in(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"{where}: {path} cannot be read: {e}") from None
 
 
 def _json_or_empty(path: Path) -> dict:
