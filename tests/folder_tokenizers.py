@@ -1,6 +1,7 @@
 """Tokenizers shaped as a model folder's are, trained here on a few texts (no download):
 
-* ``gpt2``: byte-level BPE, its one special token ``<|endoftext|>`` the last id; nothing put around a text;
+* ``gpt2``: byte-level BPE, its one special token ``<|endoftext|>`` the last id; nothing put around a text
+  (``chat``: a chat model's as Qwen's, ``<|im_end|>`` after it and its ``config.json``'s end of text);
 * ``llama``: SentencePiece-style BPE as LLaMA-2's ``tokenizer.json`` has it: ``<unk>``, ``<s>``, ``</s>`` at 0-2, a
   normalizer that prepends ``▁`` and turns spaces into ``▁``, and a post-processor that puts ``<s>`` before a text;
 * ``metaspace``: the same with the ``Metaspace`` pre-tokenizer (``prepend_scheme: first``) of newer conversions
@@ -23,14 +24,14 @@ BERT_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
 def folder_tokenizer(kind: str, texts: list[str], vocab_size: int = 300) -> Tokenizer:
-    if kind == "gpt2":
+    if kind in ("gpt2", "chat"):
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
         tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size - 1, show_progress=False,
                                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-        tok.add_special_tokens(["<|endoftext|>"])
+        tok.add_special_tokens(["<|endoftext|>", *(["<|im_end|>"] if kind == "chat" else [])])
         return tok
     if kind == "bert":
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -65,12 +66,14 @@ def library_folder(kind: str, folder: Path, texts: list[str], tied: bool = True)
 
     tok = folder_tokenizer(kind, texts)
     torch.manual_seed(0)
-    if kind == "gpt2":
+    if kind in ("gpt2", "chat"):
         end = tok.token_to_id("<|endoftext|>")
-        fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
+        fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>" if kind == "chat"
+                                                    else "<|endoftext|>",
                                                     bos_token="<|endoftext|>")
         config = transformers.GPT2Config(vocab_size=tok.get_vocab_size(), n_positions=64, n_embd=32, n_layer=2,
-                                         n_head=4, bos_token_id=end, eos_token_id=end)
+                                         n_head=4, bos_token_id=end,
+                                         eos_token_id=tok.token_to_id("<|im_end|>") if kind == "chat" else end)
     elif kind == "bert":
         fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, **{
             f"{role}_token": f"[{role.upper()}]" for role in ("pad", "unk", "cls", "sep", "mask")})

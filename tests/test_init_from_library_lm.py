@@ -76,3 +76,21 @@ def test_a_library_folder_with_its_own_tokenizer_trains_generates_and_exports_as
     exported = transformers.AutoModelForCausalLM.from_pretrained(back, dtype=torch.float32).eval()
     with torch.no_grad():
         assert (exported(ids).logits - task.net(ids)).abs().max().item() <= 1e-5
+
+
+def test_a_chat_models_folder_starts_a_run_that_ends_texts_at_its_tokenizers_end_token(tmp_path, cache_dir):
+    """A chat model's folder (Qwen's way: config.json's eos is <|im_end|>, its tokenizer's end of text
+    <|endoftext|>): the run starts, says in one warning which token ends its texts, and its tokenizer ends them
+    there."""
+    from attnlab.cli.generate import load_task
+
+    folder = tmp_path / "chat"
+    library_folder("chat", folder, corpus_sample())
+    end, reply_end = (json.loads((folder / "tokenizer.json").read_text())["added_tokens"][i]["id"] for i in (0, 1))
+    run = tmp_path / "run"
+    out = run_cli([*ARGS, f"init_from={folder}", f"hydra.run.dir={run}"], cache_dir)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert f"its config.json ends a text with <|im_end|> (id {reply_end}); this run ends texts with its tokenizer's " \
+           f"end token <|endoftext|> (id {end})" in out.stdout
+    _, tok = load_task(run / "checkpoints" / "last.ckpt")
+    assert tok.eos_id == end

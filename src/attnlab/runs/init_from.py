@@ -19,6 +19,7 @@ tokens are attnlab's, or the folder's own (a GPT-2's ``<|endoftext|>``, a LLaMA'
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -30,6 +31,7 @@ from ..checkpoints.exported import SETTINGS, TOKENIZER, is_exported
 from ..core.errors import ConfigError
 from ..core.special_tokens import END_NAMES, special_ids, specials_in
 
+log = logging.getLogger(__name__)
 GROUPS = ("norm", "ffn", "moe", "attn", "pos")
 CAUSAL_LM = "attnlab.models.causal_lm.CausalLM"
 MASKED_LM = "attnlab.models.masked_lm.MaskedLM"
@@ -118,9 +120,16 @@ def _check_tokenizer(folder: Path, where: str, net: dict) -> None:
                           f"special tokens: {sorted(specials, key=specials.get)[:6]}): a run cannot tell where a "
                           f"text ends")
     config = _json_or_empty(folder / "config.json")
+    names = {i: name for name, i in specials.items()}
     for role in ("eos", "bos"):
         said = config.get(f"{role}_token_id")
         if isinstance(said, int) and said != ids[role] or isinstance(said, list) and ids[role] not in said:
+            if role == "eos" and isinstance(said, int) and said in names and said not in ids.values():
+                # a chat model's (Qwen's <|im_end|>): its replies end there, its pretraining texts at the end token
+                log.warning(f"{where}: its config.json ends a text with {names[said]} (id {said}); this run ends "
+                            f"texts with its tokenizer's end token {names[ids['eos']]} (id {ids['eos']}): the "
+                            f"corpus's documents are separated by it, generate stops at it, an export names it")
+                continue
             raise ConfigError(f"{where}: its config.json gives {role}_token_id={said}, its tokenizer's {role} token "
                               f"is id {ids[role]}: they must agree")
     if (vocab := net.get("vocab_size")) is not None and max(ids.values()) >= vocab:
