@@ -179,6 +179,7 @@ def test_the_default_wait_for_a_missing_node_ends_within_a_minute(tmp_path, cach
     assert node.returncode == 1 and time.monotonic() - start < 60 and "within 50 s" in out, out
 
 
+@pytest.mark.slow  # (18 s; CI runs it: .ci/run)
 def test_a_node_that_refuses_its_setting_ends_the_other_in_one_line(tmp_path, cache_dir):
     """Node 1 refuses a value node 0 does not have: node 0 names rank 1 / node 1 instead of waiting in Lightning's
     rendezvous for 30 minutes."""
@@ -196,7 +197,8 @@ def test_a_node_that_refuses_its_setting_ends_the_other_in_one_line(tmp_path, ca
         assert "Traceback" not in out
 
 
-@pytest.mark.parametrize("lost", ["node 1's worker", "node 0 whole"])
+# (16 s each: the second in -m slow, which CI runs, to keep the suite under 10 minutes)
+@pytest.mark.parametrize("lost", ["node 1's worker", pytest.param("node 0 whole", marks=pytest.mark.slow)])
 def test_a_node_lost_in_training_ends_every_rank_in_one_line(tmp_path, cache_dir, lost):
     """One node's training process (or all of node 0: its torchrun, which holds the rendezvous store, and its
     worker) is killed after the first checkpoint: the other node ends within 60 s with one line naming the lost
