@@ -318,3 +318,27 @@ def test_a_model_folders_tokenizer_streams_each_file_as_it_encodes_the_whole_fil
     parts = [tok.encode(f.read_bytes().decode("utf-8")) for f in files]
     between = [] if parts[0][-1] == tok.eos_id else [tok.eos_id]  # (BERT's [SEP] already ends each text)
     assert stream(tmp_path / "many").tolist() == parts[0] + between + parts[1] + between + parts[2]
+
+
+def test_shards_of_a_framing_tokenizer_are_not_those_an_earlier_writer_framed_per_chunk(text_file, tmp_path):
+    """The cache key as before for attnlab's own tokenizers (their shards are kept); a new one for a model folder's
+    tokenizer that frames a text, whose shards an earlier writer framed at every chunk."""
+    import hashlib
+
+    from attnlab.data.text_sources import fingerprint
+    from attnlab.data.tokenizer import BPETokenizer
+
+    src = [TextSource.from_file(text_file)]
+    text = text_file.read_bytes().decode("utf-8-sig")
+
+    def earlier_key(tok) -> str:  # shards_dir as it was
+        h = hashlib.sha256(f"{shards.FORMAT_VERSION}\n{shards.CHUNK_BYTES}\n{shards.SHARD_TOKENS}\n"
+                           f"{fingerprint(src)}\n".encode())
+        h.update(tok.to_str().encode("utf-8"))
+        return h.hexdigest()[:16]
+
+    own = train_bpe(text, 300, TextNormalization.from_config(NORMALIZATIONS["collapse-lower-remove"]).normalizer(
+        [text]))
+    gpt2, llama, bert = (BPETokenizer(folder_tokenizers.folder_tokenizer(k, [text])) for k in ("gpt2", "llama", "bert"))
+    for tok, kept in ((own, True), (gpt2, True), (llama, False), (bert, False)):
+        assert (shards.shards_dir(src, tok, tmp_path).name == earlier_key(tok)) is kept

@@ -143,7 +143,12 @@ class ChunkEncoder:
 def shards_dir(sources: list[TextSource], tok: BPETokenizer, cache_dir: str | os.PathLike,
                chunk_bytes: int = CHUNK_BYTES, shard_tokens: int = SHARD_TOKENS) -> Path:
     h = hashlib.sha256(f"{FORMAT_VERSION}\n{chunk_bytes}\n{shard_tokens}\n{fingerprint(sources)}\n".encode())
-    h.update(tok.to_str().encode("utf-8"))
+    text = tok.to_str()
+    h.update(text.encode("utf-8"))
+    if framing(tok._tok) != ([], []) or '"Prepend"' in text or '"prepend_scheme":"first"' in text:
+        # a model folder's tokenizer that frames a text (<s>, a prepended ▁): framed once per source since
+        # shards-v2's first writers, which framed every chunk (attnlab's own tokenizers keep their shards)
+        h.update(b"\nframed once per source")
     return Path(cache_dir) / "tokens" / h.hexdigest()[:16]
 
 
