@@ -120,6 +120,7 @@ def test_two_nodes_write_one_run_and_train_what_one_process_trains(tmp_path, cac
     _assert_state_equal(tmp_path / "single/checkpoints/last.ckpt", shared / "checkpoints/last.ckpt")
 
 
+@pytest.mark.slow  # (21 s; CI runs it: .ci/run)
 def test_a_sweep_on_two_nodes_is_the_sweep_one_process_runs(tmp_path, cache_dir):
     """train.py -m on every node: rank 0's node writes the sweep (plan, summary, job statuses), the jobs meet under
     new process-group names each time (torchrun's store outlives a job: the second job used to read the first's
