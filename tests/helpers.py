@@ -39,6 +39,24 @@ def compose_train(overrides: list[str], output_dir: Path | str, cache_dir: str |
     return cfg
 
 
+def perturbed_task(cfg: DictConfig):
+    """The task ``cfg`` builds, at seed 0 with every norm weight and bias moved off its 1 / 0 start (so that a
+    misplaced one shows in a weight converter's round trip), in eval mode, and its checkpoint contents."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from attnlab.runs.build import build_model
+
+    torch.manual_seed(0)
+    task = build_model(cfg.model).eval()
+    with torch.no_grad():
+        for p in task.net.parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    return task, {"hyper_parameters": {"net": OmegaConf.to_container(cfg.model.net, resolve=True)},
+                  "state_dict": task.state_dict()}
+
+
 def load_factor() -> float:
     """How many times longer than on an idle machine a process may take to get going now: the 1-minute load average
     per core, at least 1 (two cores at load 8: 4). The suite runs beside other jobs; a start-up measured idle is

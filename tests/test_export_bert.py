@@ -20,15 +20,13 @@ import pytest
 import torch
 from cli_checks import TINY
 from folder_tokenizers import library_folder
-from helpers import compose_train, run_cli, run_entry
-from omegaconf import OmegaConf
+from helpers import compose_train, perturbed_task, run_cli, run_entry
 
 transformers = pytest.importorskip("transformers")
 
 from attnlab.checkpoints import hf_layouts  # noqa: E402
 from attnlab.checkpoints.exported import read_hf, write_hf  # noqa: E402
 from attnlab.core.errors import OptionError  # noqa: E402
-from attnlab.runs.build import build_model  # noqa: E402
 
 V, T = 64, 40
 BERT_PARTS = ["model=masked_lm", "norm=post", "model.net.embed_norm=true", "model.net.token_types=2",
@@ -42,14 +40,7 @@ def tiny_bert(tmp_path: Path, tied: bool = True, extra: list[str] = ()):
     cfg = compose_train([*BERT_PARTS, "model.net.d_model=32", "model.net.n_heads=4", "model.net.n_layers=2",
                          f"model.net.max_len={T}", f"model.net.vocab_size={V}", "model.net.dropout=0.0",
                          f"model.net.tie_embeddings={str(tied).lower()}", *extra], tmp_path / "cfg")
-    torch.manual_seed(0)
-    task = build_model(cfg.model).eval()
-    with torch.no_grad():
-        for p in task.net.parameters():
-            if p.dim() == 1:
-                p.add_(torch.randn_like(p) * 0.1)
-    return task, {"hyper_parameters": {"net": OmegaConf.to_container(cfg.model.net, resolve=True)},
-                  "state_dict": task.state_dict()}
+    return perturbed_task(cfg)
 
 
 IDS = torch.randint(0, V + 1, (3, 21), generator=torch.Generator().manual_seed(1))  # ([MASK], row V, included)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from cli_checks import one_error_line
-from helpers import compose_train
+from helpers import compose_train, perturbed_task
 from omegaconf import OmegaConf
 
 transformers = pytest.importorskip("transformers")  # the weights extra (.[dev] includes it)
@@ -29,7 +29,6 @@ from attnlab.cli.export import export  # noqa: E402
 from attnlab.core.errors import OptionError  # noqa: E402
 from attnlab.core.special_tokens import EOS_ID  # noqa: E402
 from attnlab.decoding import CausalLMStepper, SamplingOptions, generate  # noqa: E402
-from attnlab.runs.build import build_model  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 V, T = 64, 48
@@ -49,15 +48,7 @@ def tiny(layout: str, heads: str, tied: bool, tmp_path: Path):
                          f"model.net.max_len={T}", f"model.net.vocab_size={V}", "model.net.dropout=0.0",
                          f"model.net.tie_embeddings={str(tied).lower()}", *LAYOUT_PARTS[layout], *HEADS[heads]],
                         tmp_path / "cfg")
-    torch.manual_seed(0)
-    task = build_model(cfg.model).eval()
-    with torch.no_grad():  # norms and biases off their 1 / 0 start, so that a misplaced one shows
-        for name, p in task.net.named_parameters():
-            if p.dim() == 1:
-                p.add_(torch.randn_like(p) * 0.1)
-    contents = {"hyper_parameters": {"net": OmegaConf.to_container(cfg.model.net, resolve=True)},
-                "state_dict": task.state_dict()}
-    return task, contents
+    return perturbed_task(cfg)
 
 
 def rounded(task, dtype: str):
@@ -257,14 +248,7 @@ def test_a_folder_without_a_counterpart_is_one_line(change, expected, tmp_path):
 def tiny_vit(tmp_path: Path, extra: list[str] = ()):
     cfg = compose_train(["model=vit", "model.net.pool=cls", "model.net.d_model=32", "model.net.n_layers=2",
                          "model.net.dropout=0.0", *extra], tmp_path / "cfg")
-    torch.manual_seed(0)
-    task = build_model(cfg.model).eval()
-    with torch.no_grad():
-        for p in task.net.parameters():
-            if p.dim() == 1:
-                p.add_(torch.randn_like(p) * 0.1)
-    return task, {"hyper_parameters": {"net": OmegaConf.to_container(cfg.model.net, resolve=True)},
-                  "state_dict": task.state_dict()}
+    return perturbed_task(cfg)
 
 
 IMAGES = torch.randn(4, 1, 8, 8, generator=torch.Generator().manual_seed(2))
